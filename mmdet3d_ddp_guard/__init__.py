@@ -1,0 +1,1 @@
+"""mmdet3d_ddp_guard."""

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Creates .venv with the pinned stack when it is missing; does nothing when it is complete.
+# Order matters (see README "Set-up"): setuptools 80.9.0 before mmcv, because torch pulls
+# setuptools 84 which has no pkg_resources and mmcv's setup.py imports it; mmcv compiled
+# with its C++ ops against the installed torch (--no-build-isolation); mmdet3d and the two
+# dataset SDKs with --no-deps, because their declared deps pull open3d, matplotlib<3.6
+# (no wheel for Python 3.11) and linters.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=.venv
+STAMP="$VENV/.stack-complete"
+if [ -f "$STAMP" ]; then exit 0; fi
+PY=${PYTHON:-python3}
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP="$VENV/bin/python -m pip --disable-pip-version-check"
+$PIP install -q --upgrade pip==24.3.1
+$PIP install -q setuptools==80.9.0 wheel
+$PIP install -q torch==2.13.0
+$PIP install -q setuptools==80.9.0
+$PIP install -q -r requirements/stack.txt
+if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops" 2>/dev/null; then
+  echo "make_venv: building mmcv 2.1.0 with its C++ ops (about 7 minutes on 2 cores)" >&2
+  MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-2} \
+    $PIP install -q --no-build-isolation mmcv==2.1.0
+fi
+$PIP install -q --no-deps mmdet3d==1.4.0 nuscenes-devkit==1.1.11 lyft-dataset-sdk==0.0.8
+$PIP install -q --no-deps -e .
+"$VENV/bin/python" -c "import torch, mmengine, mmcv.ops, mmdet, mmdet3d, mmdet3d_ddp_guard"
+touch "$STAMP"
