@@ -1,1 +1,20 @@
-"""mmdet3d_ddp_guard."""
+"""mmdet3d_ddp_guard: multi-GPU training of 3D detectors that unused parameters cannot kill.
+
+Importing the package (``custom_imports=dict(imports=['mmdet3d_ddp_guard'])``) registers
+:class:`GuardedDDP` in MMEngine's root ``MODEL_WRAPPERS`` and :class:`UnusedParamsHook` in
+its root ``HOOKS``, and prepares a CPU torchrun worker's process group (see
+:mod:`mmdet3d_ddp_guard.cpu_launch`).
+"""
+from .cpu_launch import init_cpu_process_group_if_needed
+from .decision_policy import Decision
+from .errors import StaticGraphChangedError, UnusedParametersError
+from .guarded_ddp import GuardedDDP
+from .usage_record import IterationUsage, ParamUsageRecord
+from .version import __version__
+
+init_cpu_process_group_if_needed()
+
+__all__ = [
+    'GuardedDDP', 'Decision', 'ParamUsageRecord', 'IterationUsage',
+    'UnusedParametersError', 'StaticGraphChangedError', '__version__'
+]

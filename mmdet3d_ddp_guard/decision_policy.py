@@ -1,0 +1,218 @@
+"""How GuardedDDP treats unused parameters: the modes, the user's request, and the evidence.
+
+The policy is kept apart from the wrapper so that it can be read (and tested) on its own:
+it turns what the user wrote into a :class:`Decision`, and re-reads the evidence of every
+iteration to say, in one block, what it saw and what that means for this model.
+"""
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple, Union
+
+from .param_table import ParamTable
+from .usage_record import IterationUsage, UsageStatistics
+
+AUTO = 'auto'
+
+#: Our own way: DDP's fast path, plus completion of the reduction for parameters that
+#: autograd did not reach (see GuardedDDP's docstring).
+COMPLETE = 'complete'
+#: DDP's graph search, ``find_unused_parameters=True``.
+FIND_UNUSED = 'find_unused'
+#: DDP's ``static_graph=True``.
+STATIC_GRAPH = 'static_graph'
+#: DDP's fast path, ``find_unused_parameters=False``, and a clear error instead of DDP's.
+STRICT = 'strict'
+
+MODE_EXPLANATIONS = {
+    COMPLETE: ("DDP's fast path (find_unused_parameters=False), and after each backward "
+               'the parameters autograd did not reach get a zero gradient through one '
+               "extra small backward, which fires DDP's own hooks so their buckets are "
+               'reduced; a parameter that no rank used ends the step with grad None, as '
+               'under find_unused_parameters=True. Cost: one hook call per parameter per '
+               'backward and one all_gather of one byte per parameter per iteration.'),
+    FIND_UNUSED: ('DDP walks the autograd graph from the forward outputs every iteration '
+                  'and all-reduces a per-parameter used map.'),
+    STATIC_GRAPH: ('DDP records the used parameters in the first iteration and expects '
+                   'exactly that set in every later iteration; GuardedDDP stops the run '
+                   'with a clear error the iteration the set changes.'),
+    STRICT: ('DDP fast path with no safety net; GuardedDDP stops the run with a clear '
+             'error (names, shapes, modules, the config line that fixes it) on the rank '
+             'whose parameters went unused, before the next forward.'),
+}
+
+_SENTINEL = object()
+
+
+def not_given():
+    """Default of GuardedDDP's ``find_unused_parameters``: "the user did not write it"."""
+    return _SENTINEL
+
+
+def resolve_request(wrapper_value, config_value=_SENTINEL) -> Tuple[Union[str, bool], str]:
+    """What the user asked for, and where they wrote it.
+
+    ``model_wrapper_cfg=dict(type='GuardedDDP', find_unused_parameters=...)`` and the
+    top-level ``find_unused_parameters = ...`` of the config (which MMEngine drops when
+    ``model_wrapper_cfg`` is set) are both honoured; when both are written and disagree the
+    run does not start, since either choice would silently ignore one of them.
+    """
+    for option, value in (('model_wrapper_cfg.find_unused_parameters', wrapper_value),
+                          ('find_unused_parameters (config top level)', config_value)):
+        if value is _SENTINEL:
+            continue
+        if isinstance(value, str):
+            if value != AUTO:
+                raise ValueError(
+                    f"GuardedDDP: {option}={value!r} is not a known mode. Use 'auto' (let "
+                    'GuardedDDP choose), True (DDP graph search) or False (DDP fast path, '
+                    'fail clearly on unused parameters).')
+        elif not isinstance(value, bool):
+            raise TypeError(
+                f'GuardedDDP: {option} must be \'auto\', True or False, not '
+                f'{type(value).__name__} {value!r}. Write e.g. '
+                "model_wrapper_cfg=dict(type='GuardedDDP', find_unused_parameters='auto').")
+    if wrapper_value is not _SENTINEL and config_value is not _SENTINEL \
+            and wrapper_value != config_value:
+        raise ValueError(
+            'GuardedDDP: the config sets find_unused_parameters twice with different values: '
+            f'{config_value!r} at the top level and {wrapper_value!r} in model_wrapper_cfg. '
+            'Delete one of the two lines (the top-level one usually comes from an inherited '
+            "mmdet3d config; 'auto' lets GuardedDDP choose).")
+    if wrapper_value is not _SENTINEL:
+        return wrapper_value, 'model_wrapper_cfg'
+    if config_value is not _SENTINEL:
+        return config_value, 'config top-level find_unused_parameters'
+    return AUTO, 'default'
+
+
+@dataclass
+class Decision:
+    """What GuardedDDP does about unused parameters, why, and on what evidence.
+
+    Attributes:
+        mode (str): One of ``'complete'``, ``'find_unused'``, ``'static_graph'``,
+            ``'strict'`` (see ``MODE_EXPLANATIONS``).
+        requested: What the user asked for (``'auto'``, True or False).
+        source (str): Where the request came from.
+        reason (str): Why this mode, in a sentence.
+        iteration (int, optional): The iteration whose evidence led here; None at build.
+        evidence (list[str]): Lines naming the parameters, how often unused, on which ranks.
+    """
+    mode: str
+    requested: Union[str, bool]
+    source: str
+    reason: str
+    iteration: Optional[int] = None
+    evidence: List[str] = field(default_factory=list)
+
+    def format(self) -> str:
+        when = 'at build' if self.iteration is None else f'after iteration {self.iteration}'
+        lines = [
+            f'GuardedDDP decision ({when}): mode={self.mode!r} '
+            f'(requested find_unused_parameters={self.requested!r}, from {self.source})',
+            f'  why: {self.reason}',
+            f'  how: {MODE_EXPLANATIONS[self.mode]}',
+        ]
+        lines += [f'  {line}' for line in self.evidence]
+        return '\n'.join(lines)
+
+
+def initial_decision(requested, source: str, static_graph: bool) -> Decision:
+    if static_graph:
+        return Decision(STATIC_GRAPH, requested, source + ' + static_graph=True',
+                        'static_graph=True was written; it is honoured.')
+    if requested is True:
+        return Decision(FIND_UNUSED, requested, source,
+                        'find_unused_parameters=True was written; it is honoured. Remove it '
+                        "(or write 'auto') to let GuardedDDP choose.")
+    if requested is False:
+        return Decision(STRICT, requested, source,
+                        'find_unused_parameters=False was written; it is honoured.')
+    return Decision(COMPLETE, requested, source,
+                    'nothing observed yet. Completion costs next to nothing while every '
+                    'parameter is used and keeps the run alive if some go unused later '
+                    '(a rare empty batch); the graph search would be paid every iteration, '
+                    'and a static graph fails the first time the used set changes.')
+
+
+class DecisionPolicy:
+    """Holds the current :class:`Decision` and revises it as evidence arrives.
+
+    In ``'auto'`` the mode stays ``'complete'`` (correct for every pattern of unused
+    parameters, and the cheapest of the correct ones), but the decision is re-issued, with its
+    evidence, whenever the situation changes class: the first unused parameters; the unused
+    set starting to change between iterations (a static graph would now fail); the ranks
+    disagreeing (plain DDP would now hang, not just fail). With an explicit request the mode
+    is the user's and only the evidence is reported.
+
+    Args:
+        requested: ``'auto'``, True or False (already validated by :func:`resolve_request`).
+        source (str): Where the request came from.
+        static_graph (bool): DDP's ``static_graph``.
+    """
+
+    def __init__(self, requested, source: str, static_graph: bool):
+        self.decision = initial_decision(requested, source, static_graph)
+        self._situation = 'none'
+
+    def observe(self, usage: IterationUsage, statistics: UsageStatistics,
+                table: ParamTable) -> Optional[Decision]:
+        """Returns a new decision when the situation changed class, else None."""
+        situation = self._classify(statistics)
+        if situation == self._situation:
+            return None
+        self._situation = situation
+        previous = self.decision
+        self.decision = Decision(previous.mode, previous.requested, previous.source,
+                                 self._reason(situation, statistics, previous),
+                                 usage.iteration, evidence_lines(usage, statistics, table))
+        return self.decision
+
+    @staticmethod
+    def _classify(statistics: UsageStatistics) -> str:
+        if not statistics.iterations_with_unused:
+            return 'none'
+        if statistics.iterations_ranks_differ:
+            return 'rank_dependent'
+        if statistics.set_changes:
+            return 'changing'
+        return 'constant'
+
+    @staticmethod
+    def _reason(situation: str, statistics: UsageStatistics, previous: Decision) -> str:
+        first = statistics.first_unused_iteration
+        consequence = {
+            'constant': f'parameters went unused from iteration {first} on. Plain DDP '
+                        '(find_unused_parameters=False) would fail at the next forward',
+            'changing': 'the set of unused parameters changes between iterations. '
+                        'static_graph=True would fail, and plain DDP failed at iteration '
+                        f'{first}',
+            'rank_dependent': 'ranks disagree on which parameters are unused in the same '
+                              'iteration. Plain DDP would hang the ranks that used them '
+                              'until the collective times out',
+        }[situation]
+        if previous.mode == COMPLETE:
+            return consequence + '; completion keeps training correct. Mode unchanged.'
+        return consequence + f'; the requested mode {previous.mode!r} is kept.'
+
+
+def evidence_lines(usage: IterationUsage, statistics: UsageStatistics,
+                   table: ParamTable, limit: int = 12) -> List[str]:
+    seen = statistics.iterations_seen
+    lines = [f'evidence: {statistics.iterations_with_unused} of {seen} iterations had '
+             f'unused parameters; {len(statistics.ever_unused)} of {len(table)} parameters '
+             f'were ever unused; unused sets changed {statistics.set_changes} times; ranks '
+             f'differed in {statistics.iterations_ranks_differ} iterations.']
+    for rank, ids in enumerate(usage.per_rank_unused):
+        lines.append(f'rank {rank}, iteration {usage.iteration}: {len(ids)} unused')
+        lines += [f'  {line}' for line in table.grouped(ids, limit)]
+    ever = statistics.ever_unused
+    if ever:
+        lines.append('unused so far (iterations unused / seen, ranks):')
+        for index in ever[:limit]:
+            ranks = ','.join(map(str, sorted(statistics.ranks_unused[index])))
+            lines.append(f'  {table.names[index]} {list(table.shapes[index])} '
+                         f'({table.module_types[index]}): '
+                         f'{statistics.unused_iterations[index]}/{seen}, ranks {ranks}')
+        if len(ever) > limit:
+            lines.append(f'  ... and {len(ever) - limit} more')
+    return lines

@@ -1,0 +1,49 @@
+"""The errors GuardedDDP raises instead of DDP's index lists and hangs."""
+from typing import Sequence
+
+from .param_table import ParamTable, format_rows
+
+
+class UnusedParametersError(RuntimeError):
+    """Parameters went unused while the user asked DDP not to look for them."""
+
+
+class StaticGraphChangedError(RuntimeError):
+    """``static_graph=True`` was written but the set of used parameters changed."""
+
+
+def _parameter_table(table: ParamTable, indices: Sequence[int]) -> str:
+    return format_rows(table.table_rows(indices), ('parameter', 'shape', 'module type'))
+
+
+def unused_parameters_error(table: ParamTable, indices: Sequence[int], iteration: int,
+                            rank: int, source: str) -> UnusedParametersError:
+    return UnusedParametersError(
+        f'GuardedDDP: {len(indices)} parameters received no gradient in iteration '
+        f'{iteration} on rank {rank}, but find_unused_parameters=False was requested '
+        f'(in {source}). Plain DDP would fail at the next forward ("Expected to have '
+        'finished reduction in the prior iteration") or hang the other ranks; the run '
+        'stops here instead.\n'
+        f'{_parameter_table(table, indices)}\n'
+        'Fix: let GuardedDDP handle them, in your config:\n'
+        "    model_wrapper_cfg = dict(type='GuardedDDP', find_unused_parameters='auto')\n"
+        'and delete any top-level `find_unused_parameters = False`. Or make the model use '
+        'these parameters in the loss of every iteration.')
+
+
+def static_graph_changed_error(table: ParamTable, before: Sequence[int],
+                               now: Sequence[int], iteration: int,
+                               rank: int) -> StaticGraphChangedError:
+    appeared = sorted(set(now) - set(before))
+    returned = sorted(set(before) - set(now))
+    parts = [f'GuardedDDP: static_graph=True, but in iteration {iteration} on rank {rank} '
+             'the set of unused parameters differs from the first iteration\'s; DDP\'s '
+             'static graph cannot follow that and would fail or hang.']
+    if appeared:
+        parts += ['Newly unused:', _parameter_table(table, appeared)]
+    if returned:
+        parts += ['Used again (unused in the first iteration):',
+                  _parameter_table(table, returned)]
+    parts.append("Fix: remove static_graph=True from model_wrapper_cfg and let GuardedDDP "
+                 "choose: model_wrapper_cfg = dict(type='GuardedDDP').")
+    return StaticGraphChangedError('\n'.join(parts))

@@ -1,0 +1,79 @@
+"""Runs a function on N real gloo ranks in fresh processes, with a hard timeout.
+
+A hang (the failure mode of DDP with rank-dependent unused parameters) fails the test with
+the ranks' last output instead of blocking CI.
+"""
+import io
+import os
+import queue as queue_module
+import socket
+import traceback
+from typing import Any, Callable, List
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, queue) -> None:
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
+                      LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
+    try:
+        dist.init_process_group('gloo', rank=rank, world_size=world_size)
+        result = fn(rank, world_size, *args)
+        # Bytes, not tensors: tensors travel through shared memory that dies with us.
+        buffer = io.BytesIO()
+        torch.save(result, buffer)
+        queue.put((rank, 'ok', buffer.getvalue()))
+    except BaseException:  # noqa: B902 - every failure must reach the parent test
+        queue.put((rank, 'error', traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class DistributedRunError(AssertionError):
+    pass
+
+
+def run_distributed(fn: Callable, *args, world_size: int = 2,
+                    timeout: float = 240) -> List[Any]:
+    """``fn(rank, world_size, *args)`` on every rank; returns the results by rank.
+
+    Raises DistributedRunError with every failing rank's traceback when a rank raised, and
+    when the ranks did not all finish within ``timeout`` seconds (a hang).
+    """
+    context = mp.get_context('spawn')
+    queue = context.Queue()
+    port = free_port()
+    processes = [context.Process(target=_worker, args=(rank, world_size, port, fn, args, queue))
+                 for rank in range(world_size)]
+    for process in processes:
+        process.start()
+    results, errors = {}, {}
+    try:
+        for _ in range(world_size):
+            rank, status, payload = queue.get(timeout=timeout)
+            (results if status == 'ok' else errors)[rank] = payload
+            if errors:
+                break
+    except queue_module.Empty:
+        errors['timeout'] = (f'not all of {world_size} ranks finished within {timeout} s; '
+                             f'finished: {sorted(results)}')
+    finally:
+        for process in processes:
+            process.join(timeout=5 if errors else 30)
+            if process.is_alive():
+                process.kill()
+                process.join()
+    if errors:
+        raise DistributedRunError('\n'.join(f'--- rank {rank} ---\n{text}'
+                                            for rank, text in errors.items()))
+    return [torch.load(io.BytesIO(results[rank]), weights_only=False)
+            for rank in range(world_size)]
