@@ -21,12 +21,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, queue) -> None:
+def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kwargs: dict,
+            queue) -> None:
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
                       LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
     try:
         dist.init_process_group('gloo', rank=rank, world_size=world_size)
-        result = fn(rank, world_size, *args)
+        result = fn(rank, world_size, *args, **kwargs)
         # Bytes, not tensors: tensors travel through shared memory that dies with us.
         buffer = io.BytesIO()
         torch.save(result, buffer)
@@ -42,9 +43,9 @@ class DistributedRunError(AssertionError):
     pass
 
 
-def run_distributed(fn: Callable, *args, world_size: int = 2,
-                    timeout: float = 240) -> List[Any]:
-    """``fn(rank, world_size, *args)`` on every rank; returns the results by rank.
+def run_distributed(fn: Callable, *args, world_size: int = 2, timeout: float = 240,
+                    **kwargs) -> List[Any]:
+    """``fn(rank, world_size, *args, **kwargs)`` on every rank; returns the results by rank.
 
     Raises DistributedRunError with every failing rank's traceback when a rank raised, and
     when the ranks did not all finish within ``timeout`` seconds (a hang).
@@ -52,7 +53,8 @@ def run_distributed(fn: Callable, *args, world_size: int = 2,
     context = mp.get_context('spawn')
     queue = context.Queue()
     port = free_port()
-    processes = [context.Process(target=_worker, args=(rank, world_size, port, fn, args, queue))
+    processes = [context.Process(target=_worker, args=(rank, world_size, port, fn, args, kwargs,
+                                                              queue))
                  for rank in range(world_size)]
     for process in processes:
         process.start()

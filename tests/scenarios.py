@@ -76,3 +76,9 @@ def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer:
         decision=ddp.decision.mode if wrapper == 'guarded' else None,
         expected=[[model.expected_unused(i, r) for r in range(world_size)]
                   for i in range(steps)])
+
+
+def train_guarded_and_reference(rank: int, world_size: int, **case) -> Dict:
+    """The same case under GuardedDDP('auto') and under DDP find_unused_parameters=True."""
+    return dict(guarded=train_toy(rank, world_size, 'guarded', **case),
+                reference=train_toy(rank, world_size, 'ddp_find_unused', **case))

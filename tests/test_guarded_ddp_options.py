@@ -1,0 +1,85 @@
+"""What the user writes wins, and bad settings fail clearly."""
+import pytest
+import torch
+
+from mmdet3d_ddp_guard import GuardedDDP
+from mmdet3d_ddp_guard.decision_policy import not_given, resolve_request
+from mmdet3d_ddp_guard.examples import ToyDetector
+from tests.dist_utils import DistributedRunError, run_distributed
+from tests.scenarios import train_toy
+
+
+@pytest.mark.timeout(120)
+def test_plain_ddp_really_fails_on_the_toy_model():
+    """The baseline the project exists for: DDP's own error on a skipped branch."""
+    with pytest.raises(DistributedRunError, match='Expected to have finished reduction'):
+        run_distributed(train_toy, 'ddp_plain', 'skip_odd', 'sgd', steps=3, timeout=100)
+
+
+@pytest.mark.timeout(120)
+def test_forced_false_stops_with_a_clear_error_naming_the_parameters():
+    with pytest.raises(DistributedRunError) as raised:
+        run_distributed(train_toy, 'guarded', 'skip_odd', 'sgd', steps=3, timeout=100,
+                        wrapper_kwargs=dict(find_unused_parameters=False))
+    text = str(raised.value)
+    assert 'UnusedParametersError' in text
+    assert 'RuntimeError: Expected to have finished reduction' not in text
+    # The dead layer is unused from the first iteration on.
+    assert 'in iteration 0 on rank' in text
+    for expected in ('dead.weight', '(16, 16)', 'dead.bias', '(16,)', 'Linear',
+                     "find_unused_parameters='auto'"):
+        assert expected in text
+
+
+@pytest.mark.timeout(120)
+def test_static_graph_with_a_changing_set_stops_clearly():
+    with pytest.raises(DistributedRunError) as raised:
+        run_distributed(train_toy, 'guarded', 'skip_odd', 'sgd', steps=3, timeout=100,
+                        wrapper_kwargs=dict(static_graph=True))
+    text = str(raised.value)
+    assert 'StaticGraphChangedError' in text and 'iteration 1' in text
+    assert 'branch.weight' in text and 'remove static_graph=True' in text
+
+
+@pytest.mark.timeout(200)
+def test_explicit_settings_are_honoured_and_train():
+    for kwargs, mode, pattern in ((dict(find_unused_parameters=True), 'find_unused',
+                                   'rank_dependent'),
+                                  (dict(static_graph=True), 'static_graph', 'dead_layer'),
+                                  (dict(find_unused_parameters=False), 'strict', 'none')):
+        results = run_distributed(train_toy, 'guarded', pattern, 'sgd', steps=3,
+                                  wrapper_kwargs=kwargs)
+        assert results[0]['decision'] == mode
+        assert results[0]['usage'] == results[0]['expected']
+
+
+def test_resolve_request_reads_both_places_and_refuses_contradictions():
+    assert resolve_request(not_given()) == ('auto', 'default')
+    assert resolve_request(not_given(), True) == (True, 'config top-level '
+                                                        'find_unused_parameters')
+    assert resolve_request(False, not_given()) == (False, 'model_wrapper_cfg')
+    assert resolve_request('auto', 'auto')[0] == 'auto'
+    with pytest.raises(ValueError, match='sets find_unused_parameters twice'):
+        resolve_request(False, True)
+
+
+@pytest.mark.parametrize('kwargs, error, words', [
+    (dict(find_unused_parameters='yes'), ValueError, "find_unused_parameters='yes'"),
+    (dict(find_unused_parameters=1), TypeError, "'auto', True or False"),
+    (dict(find_unused_parameters=None), TypeError, 'find_unused_parameters'),
+    (dict(static_graph='true'), TypeError, 'static_graph must be True or False'),
+])
+def test_bad_settings_fail_at_build_naming_the_option(single_rank_group, kwargs, error,
+                                                     words):
+    with pytest.raises(error, match=words.replace('(', r'\(').replace(')', r'\)')):
+        GuardedDDP(ToyDetector(), **kwargs)
+
+
+def test_cpu_module_drops_device_ids_that_runner_passes(single_rank_group):
+    wrapped = GuardedDDP(ToyDetector(), device_ids=[0])
+    assert wrapped.device_ids is None
+    losses = wrapped.train_step(
+        dict(inputs=torch.randn(4, 8), targets=torch.randn(4)),
+        __import__('mmengine.optim', fromlist=['OptimWrapper']).OptimWrapper(
+            torch.optim.SGD(wrapped.parameters(), lr=0.1)))
+    assert set(losses) >= {'loss_box', 'loss'}
