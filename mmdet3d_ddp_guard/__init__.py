@@ -5,7 +5,7 @@ Importing the package (``custom_imports=dict(imports=['mmdet3d_ddp_guard'])``) r
 its root ``HOOKS``, and prepares a CPU torchrun worker's process group (see
 :mod:`mmdet3d_ddp_guard.cpu_launch`).
 """
-from .cpu_launch import init_cpu_process_group_if_needed
+from .cpu_launch import CPUCompatibleMMDDP, init_cpu_process_group_if_needed
 from .decision_policy import Decision
 from .errors import StaticGraphChangedError, UnusedParametersError
 from .guarded_ddp import GuardedDDP
@@ -15,6 +15,6 @@ from .version import __version__
 init_cpu_process_group_if_needed()
 
 __all__ = [
-    'GuardedDDP', 'Decision', 'ParamUsageRecord', 'IterationUsage',
+    'GuardedDDP', 'CPUCompatibleMMDDP', 'Decision', 'ParamUsageRecord', 'IterationUsage',
     'UnusedParametersError', 'StaticGraphChangedError', '__version__'
 ]

@@ -1,5 +1,7 @@
 """Running MMEngine's ``launcher='pytorch'`` under torchrun on a machine without CUDA.
 
+Two obstacles, both in MMEngine's Runner, neither in the model.
+
 MMEngine's ``init_dist`` calls ``torch.cuda.set_device`` before creating the process group,
 which raises on a CPU-only torch. When a process group already exists, the Runner skips
 ``init_dist``. So, when this package is imported (``custom_imports`` imports it while the
@@ -12,6 +14,8 @@ import os
 import torch
 import torch.distributed as dist
 from mmengine.logging import print_log
+from mmengine.model import MMDistributedDataParallel
+from mmengine.registry import MODEL_WRAPPERS
 
 TORCHRUN_VARIABLES = ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT')
 
@@ -35,3 +39,27 @@ def init_cpu_process_group_if_needed() -> bool:
 def _destroy_process_group() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def drop_device_ids_for_cpu_module(module, kwargs: dict) -> None:
+    """``Runner.wrap_model`` passes ``device_ids=[LOCAL_RANK]`` to every DDP subclass; DDP
+    refuses them for a CPU module. Removes them (in place) when the module is on the CPU."""
+    if kwargs.get('device_ids') is None:
+        return
+    if all(p.device.type == 'cpu' for p in module.parameters()):
+        print_log(f'{type(module).__name__} is on the CPU; ignoring device_ids='
+                  f'{kwargs["device_ids"]} (DDP accepts them only for GPU modules).',
+                  logger='current')
+        kwargs['device_ids'] = None
+        kwargs.pop('output_device', None)
+
+
+@MODEL_WRAPPERS.register_module()
+class CPUCompatibleMMDDP(MMDistributedDataParallel):
+    """Plain ``MMDistributedDataParallel``, unchanged, except that a CPU module gets no
+    ``device_ids``: the baseline that the demo and the benchmarks compare against on CPU,
+    where MMEngine's Runner cannot build the plain wrapper at all."""
+
+    def __init__(self, module, **kwargs):
+        drop_device_ids_for_cpu_module(module, kwargs)
+        super().__init__(module=module, **kwargs)

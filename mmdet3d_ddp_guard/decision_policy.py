@@ -4,6 +4,7 @@ The policy is kept apart from the wrapper so that it can be read (and tested) on
 it turns what the user wrote into a :class:`Decision`, and re-reads the evidence of every
 iteration to say, in one block, what it saw and what that means for this model.
 """
+import textwrap
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple, Union
 
@@ -109,8 +110,10 @@ class Decision:
         lines = [
             f'GuardedDDP decision ({when}): mode={self.mode!r} '
             f'(requested find_unused_parameters={self.requested!r}, from {self.source})',
-            f'  why: {self.reason}',
-            f'  how: {MODE_EXPLANATIONS[self.mode]}',
+            *textwrap.wrap(f'why: {self.reason}', 92, initial_indent='  ',
+                           subsequent_indent='       '),
+            *textwrap.wrap(f'how: {MODE_EXPLANATIONS[self.mode]}', 92, initial_indent='  ',
+                           subsequent_indent='       '),
         ]
         lines += [f'  {line}' for line in self.evidence]
         return '\n'.join(lines)

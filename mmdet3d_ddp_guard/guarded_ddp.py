@@ -10,6 +10,7 @@ from mmengine.model.utils import detect_anomalous_params
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 
+from .cpu_launch import drop_device_ids_for_cpu_module
 from .decision_policy import (COMPLETE, FIND_UNUSED, STATIC_GRAPH, STRICT, Decision,
                               DecisionPolicy,
                               not_given, resolve_request)
@@ -97,7 +98,7 @@ class GuardedDDP(MMDistributedDataParallel):
         requested, source = resolve_request(find_unused_parameters,
                                             _top_level_config_value())
         policy = DecisionPolicy(requested, source, static_graph)
-        _drop_device_ids_for_cpu_module(module, kwargs)
+        drop_device_ids_for_cpu_module(module, kwargs)
         super().__init__(
             module=module,
             detect_anomalous_params=detect_anomalous_params,
@@ -212,14 +213,3 @@ def _top_level_config_value():
             break
         frame = frame.f_back
     return not_given()
-
-
-def _drop_device_ids_for_cpu_module(module, kwargs: dict) -> None:
-    if kwargs.get('device_ids') is None:
-        return
-    if all(p.device.type == 'cpu' for p in module.parameters()):
-        print_log(f'GuardedDDP: the module is on the CPU; ignoring '
-                  f'device_ids={kwargs["device_ids"]} (DDP accepts them only for GPU '
-                  'modules).', logger='current')
-        kwargs['device_ids'] = None
-        kwargs.pop('output_device', None)

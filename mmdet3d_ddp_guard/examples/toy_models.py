@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model import BaseModel
-from mmengine.registry import MODELS
+from mmengine.registry import DATASETS, MODELS
 
 #: pattern -> what it imitates
 UNUSED_PATTERNS = {
@@ -101,5 +101,31 @@ def make_toy_batch(iteration: int, rank: int, batch_size: int = 4,
     """A deterministic batch that differs by iteration and rank."""
     generator = torch.Generator().manual_seed(seed * 100003 + iteration * 101 + rank)
     inputs = torch.randn(batch_size, 8, generator=generator)
-    targets = inputs.sum(dim=1, keepdim=False) * 0.5
-    return dict(inputs=inputs, targets=targets)
+    return dict(inputs=inputs, targets=_target_of(inputs))
+
+
+def _target_of(inputs: torch.Tensor) -> torch.Tensor:
+    return inputs.sum(dim=-1) * 0.5
+
+
+@DATASETS.register_module()
+class ToyDataset(torch.utils.data.Dataset):
+    """Samples for :class:`ToyDetector` through a real Runner, sampler and collate.
+
+    Args:
+        length (int): Number of samples.
+        seed (int): Seed of the deterministic samples.
+    """
+
+    def __init__(self, length: int = 64, seed: int = 0):
+        self.length = length
+        self.seed = seed
+        self.metainfo = dict(classes=('box', ))
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> Dict[str, torch.Tensor]:
+        generator = torch.Generator().manual_seed(self.seed * 100003 + index)
+        inputs = torch.randn(8, generator=generator)
+        return dict(inputs=inputs, targets=_target_of(inputs))

@@ -1,0 +1,21 @@
+"""``python -m mmdet3d_ddp_guard {demo,check} ...`` (also the ``mmdet3d-ddp-guard`` script)."""
+import argparse
+import sys
+
+from .cli import demo
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog='mmdet3d_ddp_guard')
+    commands = parser.add_subparsers(dest='command', required=True)
+    for name, module, help_text in (
+            ('demo', demo, 'plain DDP dying, then GuardedDDP training, on 2 processes'), ):
+        sub = commands.add_parser(name, help=help_text, description=module.__doc__)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.main)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
