@@ -112,9 +112,11 @@ class Decision:
             f'(requested find_unused_parameters={self.requested!r}, from {self.source})',
             *textwrap.wrap(f'why: {self.reason}', 92, initial_indent='  ',
                            subsequent_indent='       '),
-            *textwrap.wrap(f'how: {MODE_EXPLANATIONS[self.mode]}', 92, initial_indent='  ',
-                           subsequent_indent='       '),
         ]
+        if self.iteration is None:
+            # Once, at build; a revision keeps the mode and only adds evidence.
+            lines += textwrap.wrap(f'how: {MODE_EXPLANATIONS[self.mode]}', 92,
+                                   initial_indent='  ', subsequent_indent='       ')
         lines += [f'  {line}' for line in self.evidence]
         return '\n'.join(lines)
 

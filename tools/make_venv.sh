@@ -9,7 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv
 STAMP="$VENV/.stack-complete"
-if [ -f "$STAMP" ]; then exit 0; fi
+# The stamp holds a hash of what defines the stack: edit a pin and the next run reinstalls.
+WANT=$(cat tools/make_venv.sh requirements/stack.txt setup.py | sha256sum | cut -c1-16)
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then exit 0; fi
 PY=${PYTHON:-python3}
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip --disable-pip-version-check"
@@ -26,4 +28,4 @@ fi
 $PIP install -q --no-deps mmdet3d==1.4.0 nuscenes-devkit==1.1.11 lyft-dataset-sdk==0.0.8
 $PIP install -q --no-deps -e .
 "$VENV/bin/python" -c "import torch, mmengine, mmcv.ops, mmdet, mmdet3d, mmdet3d_ddp_guard"
-touch "$STAMP"
+echo "$WANT" > "$STAMP"

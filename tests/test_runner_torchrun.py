@@ -1,0 +1,51 @@
+"""GuardedDDP through an unchanged MMEngine Runner: mmdet3d's own tools/train.py under
+torchrun, 2 gloo processes on the CPU, launcher='pytorch'."""
+import pytest
+
+from mmdet3d_ddp_guard.cli.demo import DEFAULT_CONFIG, plain_ddp_options
+from mmdet3d_ddp_guard.launch import torchrun_train
+
+pytestmark = pytest.mark.timeout(200)
+
+
+def _train(tmp_path, *options):
+    return torchrun_train(DEFAULT_CONFIG, str(tmp_path), cfg_options=options, timeout=150)
+
+
+def test_guarded_ddp_trains_through_tools_train_py(tmp_path):
+    run = _train(tmp_path)
+    assert run.returncode == 0, run.output[-3000:]
+    assert "created the gloo process group for rank 0 of 2" in run.output
+    assert "mode='complete' (requested find_unused_parameters='auto', from default)" \
+        in run.output
+    assert 'Iter(train) [6/6]' in run.output
+    assert 'the set of unused parameters changes between iterations' in run.output
+
+
+def test_plain_ddp_dies_with_the_real_error(tmp_path):
+    run = _train(tmp_path, *plain_ddp_options())
+    assert run.returncode != 0 and not run.timed_out
+    assert 'Expected to have finished reduction in the prior iteration' in run.output
+
+
+def test_top_level_find_unused_parameters_is_honoured(tmp_path):
+    """MMEngine drops this key when model_wrapper_cfg is set; GuardedDDP reads it."""
+    run = _train(tmp_path, 'find_unused_parameters=True')
+    assert run.returncode == 0, run.output[-3000:]
+    assert ("mode='find_unused' (requested find_unused_parameters=True, from config "
+            'top-level find_unused_parameters)') in run.output
+
+
+def test_top_level_false_stops_with_the_clear_error(tmp_path):
+    run = _train(tmp_path, 'find_unused_parameters=False')
+    assert run.returncode != 0 and not run.timed_out
+    assert 'UnusedParametersError' in run.output
+    assert 'in config top-level find_unused_parameters' in run.output
+    assert 'dead.weight' in run.output
+
+
+def test_contradicting_settings_refuse_to_start(tmp_path):
+    run = _train(tmp_path, 'find_unused_parameters=False',
+                 'model_wrapper_cfg.find_unused_parameters=True')
+    assert run.returncode != 0
+    assert 'sets find_unused_parameters twice with different values' in run.output
