@@ -2,17 +2,17 @@
 
 Importing the package (``custom_imports=dict(imports=['mmdet3d_ddp_guard'])``) registers
 :class:`GuardedDDP` in MMEngine's root ``MODEL_WRAPPERS`` and :class:`UnusedParamsHook` in
-its root ``HOOKS``, and prepares a CPU torchrun worker's process group (see
-:mod:`mmdet3d_ddp_guard.cpu_launch`).
+its root ``HOOKS``, and lets MMEngine's ``launcher='pytorch'`` start on a machine without
+CUDA (see :mod:`mmdet3d_ddp_guard.cpu_launch`).
 """
-from .cpu_launch import CPUCompatibleMMDDP, init_cpu_process_group_if_needed
+from .cpu_launch import CPUCompatibleMMDDP, allow_cpu_init_dist
 from .decision_policy import Decision
 from .errors import StaticGraphChangedError, UnusedParametersError
 from .guarded_ddp import GuardedDDP
 from .usage_record import IterationUsage, ParamUsageRecord
 from .version import __version__
 
-init_cpu_process_group_if_needed()
+allow_cpu_init_dist()
 
 __all__ = [
     'GuardedDDP', 'CPUCompatibleMMDDP', 'Decision', 'ParamUsageRecord', 'IterationUsage',

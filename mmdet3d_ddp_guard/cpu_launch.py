@@ -1,15 +1,17 @@
 """Running MMEngine's ``launcher='pytorch'`` under torchrun on a machine without CUDA.
 
-Two obstacles, both in MMEngine's Runner, neither in the model.
+Two obstacles, both in MMEngine's Runner, neither in the model:
 
-MMEngine's ``init_dist`` calls ``torch.cuda.set_device`` before creating the process group,
-which raises on a CPU-only torch. When a process group already exists, the Runner skips
-``init_dist``. So, when this package is imported (``custom_imports`` imports it while the
-config is read, before the Runner exists) in a torchrun worker on a machine without CUDA,
-it creates the gloo process group itself. On a machine with CUDA it does nothing.
+- ``mmengine.dist.init_dist`` calls ``torch.cuda.set_device`` before it creates the process
+  group, which raises on a CPU-only torch. :func:`allow_cpu_init_dist` (called when this
+  package is imported, i.e. by ``custom_imports`` while the config is read, before the
+  Runner exists) makes that step create a gloo group instead when there is no CUDA, and
+  leaves it untouched otherwise.
+- ``Runner.wrap_model`` passes ``device_ids=[LOCAL_RANK]`` to every DDP subclass, which DDP
+  refuses for a CPU module: see :func:`drop_device_ids_for_cpu_module`.
 """
 import atexit
-import os
+import functools
 
 import torch
 import torch.distributed as dist
@@ -17,22 +19,29 @@ from mmengine.logging import print_log
 from mmengine.model import MMDistributedDataParallel
 from mmengine.registry import MODEL_WRAPPERS
 
-TORCHRUN_VARIABLES = ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT')
 
+def allow_cpu_init_dist() -> bool:
+    """Wraps MMEngine's private ``_init_dist_pytorch`` (checked on mmengine 0.10.x) so that
+    on a machine without CUDA it creates a gloo group; returns whether it did wrap it."""
+    import mmengine.dist.utils as mmengine_dist
+    original = getattr(mmengine_dist, '_init_dist_pytorch', None)
+    if original is None or getattr(original, 'ddp_guard_cpu_aware', False):
+        return False
 
-def init_cpu_process_group_if_needed() -> bool:
-    """Creates the gloo group for a CPU torchrun worker; returns whether it did."""
-    if torch.cuda.is_available() or not dist.is_available() or dist.is_initialized():
-        return False
-    if not all(name in os.environ for name in TORCHRUN_VARIABLES):
-        return False
-    dist.init_process_group(backend='gloo')
-    # Gloo ranks that exit without destroying the group sometimes abort with
-    # "terminate called without an active exception".
-    atexit.register(_destroy_process_group)
-    print_log(f'mmdet3d_ddp_guard: no CUDA here; created the gloo process group for rank '
-              f'{dist.get_rank()} of {dist.get_world_size()} so that MMEngine\'s '
-              "launcher='pytorch' skips its CUDA-only init_dist.", logger='current')
+    @functools.wraps(original)
+    def init_dist_pytorch(backend, init_backend='torch', **kwargs):
+        if torch.cuda.is_available() or init_backend != 'torch':
+            return original(backend, init_backend=init_backend, **kwargs)
+        dist.init_process_group(backend='gloo', **kwargs)
+        # Gloo ranks that exit without destroying the group sometimes abort with
+        # "terminate called without an active exception".
+        atexit.register(_destroy_process_group)
+        print_log(f'mmdet3d_ddp_guard: no CUDA here; rank {dist.get_rank()} of '
+                  f'{dist.get_world_size()} uses a gloo process group (the config asked '
+                  f'for {backend!r}).', logger='current')
+
+    init_dist_pytorch.ddp_guard_cpu_aware = True
+    mmengine_dist._init_dist_pytorch = init_dist_pytorch
     return True
 
 

@@ -134,25 +134,38 @@ class GuardedDDP(MMDistributedDataParallel):
 
     def _settle_unused(self, reduces: bool) -> None:
         record = self.usage_record
-        usage = record.close_iteration(_current_iteration(record))
+        mode = self.decision.mode
+        local_unused = record.local_unused()
+        iteration = _current_iteration(record)
+        if mode == STRICT and reduces and local_unused:
+            raise unused_parameters_error(record.table, local_unused, iteration,
+                                          record.rank, self.decision.source)
+        if mode == STATIC_GRAPH and reduces:
+            self._check_static_graph(local_unused, iteration)
+        if mode == COMPLETE and reduces and local_unused:
+            # Before any collective of ours: the ranks that used these parameters are
+            # waiting in DDP's all-reduce of the buckets this completes, and collectives
+            # must be issued in the same order on every rank.
+            unreached = [record.table.params[i] for i in local_unused]
+            torch.autograd.backward(unreached, [torch.zeros_like(p) for p in unreached])
+        usage = record.close_iteration(iteration, local_unused)
         revised = self.policy.observe(usage, record.statistics, record.table)
         if revised is not None:
             print_log(revised.format(), logger='current')
-        mode = self.decision.mode
         if mode == COMPLETE:
-            self._complete(usage, reduces)
-        elif mode == STRICT and reduces and usage.local_unused:
-            raise unused_parameters_error(record.table, usage.local_unused, usage.iteration,
-                                          usage.rank, self.decision.source)
-        elif mode == STATIC_GRAPH and reduces:
-            if self._static_graph_unused is None:
-                self._static_graph_unused = usage.local_unused
-            elif usage.local_unused != self._static_graph_unused:
-                raise static_graph_changed_error(record.table, self._static_graph_unused,
-                                                 usage.local_unused, usage.iteration,
-                                                 usage.rank)
+            self._release_unused_everywhere(usage, reduces)
 
-    def _complete(self, usage: IterationUsage, reduces: bool) -> None:
+    def _check_static_graph(self, local_unused, iteration: int) -> None:
+        if self._static_graph_unused is None:
+            self._static_graph_unused = local_unused
+        elif local_unused != self._static_graph_unused:
+            raise static_graph_changed_error(self.usage_record.table,
+                                             self._static_graph_unused, local_unused,
+                                             iteration, self.usage_record.rank)
+
+    def _release_unused_everywhere(self, usage: IterationUsage, reduces: bool) -> None:
+        """Sets grad None for parameters that no rank used, as DDP's graph search leaves
+        them, so that the optimizer skips them (no momentum, no weight decay)."""
         window = self._unused_everywhere_in_window
         unused_everywhere = (usage.unused_on_all_ranks if window is None else
                              window & usage.unused_on_all_ranks)
@@ -163,9 +176,6 @@ class GuardedDDP(MMDistributedDataParallel):
             return
         self._unused_everywhere_in_window = None
         params = self.usage_record.table.params
-        if usage.local_unused:
-            unreached = [params[i] for i in usage.local_unused]
-            torch.autograd.backward(unreached, [torch.zeros_like(p) for p in unreached])
         for index in unused_everywhere:
             params[index].grad = None
 

@@ -177,9 +177,17 @@ class ParamUsageRecord:
         reached = self._reached
         return tuple(i for i, p in enumerate(self.table.params) if p not in reached)
 
-    def close_iteration(self, iteration: int) -> IterationUsage:
-        """Ends the iteration; collective in a distributed run (every rank must call it)."""
-        local = self.local_unused()
+    def close_iteration(self, iteration: int,
+                        local_unused: Optional[Tuple[int, ...]] = None) -> IterationUsage:
+        """Ends the iteration; collective in a distributed run (every rank must call it).
+
+        Args:
+            iteration (int): The runner iteration.
+            local_unused (tuple[int], optional): This rank's unused ids, when the caller
+                took them with :meth:`local_unused` before running backwards of its own
+                (which would mark more parameters as reached).
+        """
+        local = self.local_unused() if local_unused is None else local_unused
         per_rank = self._gather(local) if self.world_size > 1 else (local, )
         self.last = IterationUsage(iteration, self.rank, local, per_rank)
         self.last_changed = self.statistics.update(self.last)

@@ -11,6 +11,10 @@ CASES = {
     'dead_layer': dict(pattern='dead_layer'),
     'branch_skipped_on_odd_iterations': dict(pattern='skip_odd'),
     'unused_set_differs_between_ranks': dict(pattern='rank_dependent'),
+    # One parameter per bucket: the ranks that used the branch wait in DDP's all-reduce
+    # of its buckets while the others complete them, so no collective may come between.
+    'unused_set_differs_between_ranks_many_buckets':
+        dict(pattern='rank_dependent', wrapper_kwargs=dict(bucket_cap_mb=1e-4)),
     'output_left_out_of_loss': dict(pattern='output_not_in_loss'),
     'accumulation_branch_unused_in_some_micro_steps':
         dict(pattern='rank_dependent', accumulative_counts=2, steps=8),
