@@ -15,6 +15,7 @@ from .decision_policy import (COMPLETE, FIND_UNUSED, STATIC_GRAPH, STRICT, Decis
                               DecisionPolicy,
                               not_given, resolve_request)
 from .errors import static_graph_changed_error, unused_parameters_error
+from .unused_flag_comm_hook import UnusedFlagState, allreduce_with_unused_flag
 from .usage_record import IterationUsage, ParamUsageRecord
 
 
@@ -107,6 +108,10 @@ class GuardedDDP(MMDistributedDataParallel):
             **kwargs)
         self.policy = policy
         self.usage_record = ParamUsageRecord(module, self.process_group)
+        self._unused_flag = None
+        if policy.decision.mode == COMPLETE:
+            self._unused_flag = UnusedFlagState(self.process_group)
+            super().register_comm_hook(self._unused_flag, allreduce_with_unused_flag)
         self._unused_everywhere_in_window = None
         self._static_graph_unused = None
         print_log(policy.decision.format(), logger='current')
@@ -114,6 +119,15 @@ class GuardedDDP(MMDistributedDataParallel):
     @property
     def decision(self) -> Decision:
         return self.policy.decision
+
+    def register_comm_hook(self, state, hook):
+        if self._unused_flag is not None:
+            raise RuntimeError(
+                "GuardedDDP: in mode 'complete' (find_unused_parameters='auto') the gradient "
+                'all-reduce already runs through GuardedDDP\'s comm hook, which carries the '
+                'unused-parameter flag. To use your own comm hook, build GuardedDDP with '
+                'find_unused_parameters=True (DDP graph search) instead.')
+        super().register_comm_hook(state, hook)
 
     def train_step(self, data: Union[dict, tuple, list],
                    optim_wrapper: OptimWrapper) -> Dict[str, torch.Tensor]:
@@ -142,13 +156,17 @@ class GuardedDDP(MMDistributedDataParallel):
                                           record.rank, self.decision.source)
         if mode == STATIC_GRAPH and reduces:
             self._check_static_graph(local_unused, iteration)
-        if mode == COMPLETE and reduces and local_unused:
-            # Before any collective of ours: the ranks that used these parameters are
-            # waiting in DDP's all-reduce of the buckets this completes, and collectives
-            # must be issued in the same order on every rank.
-            unreached = [record.table.params[i] for i in local_unused]
-            torch.autograd.backward(unreached, [torch.zeros_like(p) for p in unreached])
-        usage = record.close_iteration(iteration, local_unused)
+        no_rank_had_unused = False
+        if mode == COMPLETE and reduces:
+            if local_unused:
+                # Before any collective of ours: the ranks that used these parameters wait
+                # in DDP's all-reduce of the buckets this completes, and collectives must be
+                # issued in the same order on every rank.
+                self._unused_flag.local_has_unused = True
+                unreached = [record.table.params[i] for i in local_unused]
+                torch.autograd.backward(unreached, [torch.zeros_like(p) for p in unreached])
+            no_rank_had_unused = not self._unused_flag.any_rank_had_unused()
+        usage = record.close_iteration(iteration, local_unused, no_rank_had_unused)
         revised = self.policy.observe(usage, record.statistics, record.table)
         if revised is not None:
             print_log(revised.format(), logger='current')

@@ -178,17 +178,26 @@ class ParamUsageRecord:
         return tuple(i for i, p in enumerate(self.table.params) if p not in reached)
 
     def close_iteration(self, iteration: int,
-                        local_unused: Optional[Tuple[int, ...]] = None) -> IterationUsage:
-        """Ends the iteration; collective in a distributed run (every rank must call it).
+                        local_unused: Optional[Tuple[int, ...]] = None,
+                        no_rank_had_unused: bool = False) -> IterationUsage:
+        """Ends the iteration; in a distributed run a collective (every rank must call it,
+        with the same ``no_rank_had_unused``) unless ``no_rank_had_unused``.
 
         Args:
             iteration (int): The runner iteration.
             local_unused (tuple[int], optional): This rank's unused ids, when the caller
                 took them with :meth:`local_unused` before running backwards of its own
                 (which would mark more parameters as reached).
+            no_rank_had_unused (bool): The caller already knows, from a collective of its
+                own, that no rank left a parameter unused: nothing to gather.
         """
         local = self.local_unused() if local_unused is None else local_unused
-        per_rank = self._gather(local) if self.world_size > 1 else (local, )
+        if self.world_size == 1:
+            per_rank = (local, )
+        elif no_rank_had_unused:
+            per_rank = ((), ) * self.world_size
+        else:
+            per_rank = self._gather(local)
         self.last = IterationUsage(iteration, self.rank, local, per_rank)
         self.last_changed = self.statistics.update(self.last)
         return self.last
