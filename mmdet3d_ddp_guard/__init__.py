@@ -9,12 +9,13 @@ from .cpu_launch import CPUCompatibleMMDDP, allow_cpu_init_dist
 from .decision_policy import Decision
 from .errors import StaticGraphChangedError, UnusedParametersError
 from .guarded_ddp import GuardedDDP
+from .hooks import UnusedParamsHook
 from .usage_record import IterationUsage, ParamUsageRecord
 from .version import __version__
 
 allow_cpu_init_dist()
 
 __all__ = [
-    'GuardedDDP', 'CPUCompatibleMMDDP', 'Decision', 'ParamUsageRecord', 'IterationUsage',
+    'GuardedDDP', 'UnusedParamsHook', 'CPUCompatibleMMDDP', 'Decision', 'ParamUsageRecord', 'IterationUsage',
     'UnusedParametersError', 'StaticGraphChangedError', '__version__'
 ]

@@ -221,3 +221,21 @@ def evidence_lines(usage: IterationUsage, statistics: UsageStatistics,
         if len(ever) > limit:
             lines.append(f'  ... and {len(ever) - limit} more')
     return lines
+
+
+def recommended_setting(statistics: UsageStatistics) -> Tuple[str, str]:
+    """The config line that fits a model with this usage, and why (for summaries and the
+    check command)."""
+    guarded = "model_wrapper_cfg = dict(type='GuardedDDP')"
+    if not statistics.iterations_with_unused:
+        return guarded, ('no parameter went unused: plain DDP (find_unused_parameters=False) '
+                         'would train this too; GuardedDDP costs next to nothing here and '
+                         'keeps the run alive if a rare batch skips a branch later.')
+    if (statistics.iterations_with_unused == statistics.iterations_seen
+            and not statistics.set_changes and not statistics.iterations_ranks_differ):
+        return guarded, ('the same parameters went unused in every iteration on every rank: '
+                         'DDP static_graph=True would also work, until the set changes; '
+                         'plain DDP fails.')
+    return guarded, ('the unused set changes between iterations or ranks: plain DDP fails '
+                     'and static_graph=True fails; GuardedDDP (or the slower '
+                     'find_unused_parameters=True) trains it.')

@@ -24,3 +24,4 @@ log_processor = dict(by_epoch=False)
 env_cfg = dict(dist_cfg=dict(backend='gloo'))
 log_level = 'INFO'
 randomness = dict(seed=0)
+custom_hooks = [dict(type='UnusedParamsHook', interval=50)]

@@ -1,0 +1,3 @@
+from .unused_params_hook import UnusedParamsHook
+
+__all__ = ['UnusedParamsHook']
