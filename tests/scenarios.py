@@ -82,3 +82,60 @@ def train_guarded_and_reference(rank: int, world_size: int, **case) -> Dict:
     """The same case under GuardedDDP('auto') and under DDP find_unused_parameters=True."""
     return dict(guarded=train_toy(rank, world_size, 'guarded', **case),
                 reference=train_toy(rank, world_size, 'ddp_find_unused', **case))
+
+
+def toy_runner_cfg(work_dir: str, pattern: str, wrapper: Dict = None, max_iters: int = 6,
+                   distributed: bool = True, checkpoint_interval: int = 1000, **extra) -> Dict:
+    """A complete Runner config for ToyDetector with UnusedParamsHook."""
+    cfg = dict(
+        model=dict(type='ToyDetector', pattern=pattern),
+        work_dir=work_dir,
+        experiment_name=f'toy_{pattern}_{abs(hash(work_dir))}',
+        train_dataloader=dict(
+            batch_size=4, num_workers=0, sampler=dict(type='DefaultSampler', shuffle=False),
+            collate_fn=dict(type='default_collate'), dataset=dict(type='ToyDataset')),
+        train_cfg=dict(type='IterBasedTrainLoop', max_iters=max_iters),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.05, momentum=0.9)),
+        custom_hooks=[dict(type='UnusedParamsHook', interval=2)],
+        default_hooks=dict(
+            logger=dict(type='LoggerHook', interval=1),
+            checkpoint=dict(type='CheckpointHook', interval=checkpoint_interval,
+                            by_epoch=False)),
+        log_processor=dict(by_epoch=False, window_size=1),
+        launcher='pytorch' if distributed else 'none',
+        env_cfg=dict(dist_cfg=dict(backend='gloo')),
+        default_scope='mmengine')
+    if wrapper is not None:
+        cfg['model_wrapper_cfg'] = wrapper
+    cfg.update(extra)
+    return cfg
+
+
+def train_toy_runner(rank: int, world_size: int, work_dir: str, pattern: str,
+                     wrapper: Dict = None, **cfg_extra) -> Dict:
+    """Trains through a real Runner on this rank; returns what the hook saw and wrote."""
+    import json
+    import os.path as osp
+
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+
+    from mmdet3d_ddp_guard import UnusedParamsHook
+    runner = Runner.from_cfg(Config(toy_runner_cfg(work_dir, pattern, wrapper,
+                                                   distributed=world_size > 1, **cfg_extra)))
+    runner.train()
+    hook = next(h for h in runner.hooks if isinstance(h, UnusedParamsHook))
+    model = runner.model.module if hasattr(runner.model, 'module') else runner.model
+    record = hook.record
+    with open(osp.join(work_dir, 'unused_params.jsonl')) as f:
+        lines = [json.loads(line) for line in f]
+    return dict(
+        lines=lines,
+        names=record.table.names,
+        truth=[[model.expected_unused(line['iter'], r) for r in range(world_size)]
+               for line in lines],
+        statistics=record.statistics.state_dict(),
+        record_is_wrappers=record is getattr(runner.model, 'usage_record', None),
+        post_accumulate_hooks=[len(p._post_accumulate_grad_hooks or {})
+                               for p in model.parameters()],
+        scalar=runner.message_hub.get_scalar('train/unused_params').data[0].tolist())

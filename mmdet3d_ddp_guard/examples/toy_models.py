@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from mmengine.logging import MessageHub
 from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, MODELS
 
@@ -75,9 +76,16 @@ class ToyDetector(BaseModel):
             return (iteration + rank) % 2 == 0
         return True
 
+    def _iteration(self) -> int:
+        """``runner.iter`` inside a Runner (so a resumed run continues the pattern), else a
+        count of training forwards."""
+        count, self.forward_count = self.forward_count, self.forward_count + 1
+        runner_iter = MessageHub.get_current_instance().get_info('iter')
+        return count if runner_iter is None else runner_iter
+
     def forward(self, inputs: torch.Tensor, targets: torch.Tensor = None,
                 mode: str = 'loss'):
-        iteration, self.forward_count = self.forward_count, self.forward_count + 1
+        iteration = self._iteration()
         x = F.relu(self.stem(inputs))
         for block in self.blocks:
             x = x + F.relu(block(x))

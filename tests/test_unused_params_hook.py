@@ -1,0 +1,110 @@
+"""UnusedParamsHook against the truth, in the three settings it supports."""
+import json
+import os.path as osp
+
+import pytest
+
+from tests.dist_utils import run_distributed
+from tests.scenarios import train_toy_runner
+
+PATTERNS = ['dead_layer', 'skip_odd', 'rank_dependent', 'output_not_in_loss']
+WRAPPERS = {
+    'guarded_ddp': dict(type='GuardedDDP'),
+    'mmddp_find_unused': dict(type='CPUCompatibleMMDDP', find_unused_parameters=True),
+}
+
+
+def _named(result, line):
+    return [sorted(result['names'][i] for i in ids) for ids in line['unused_per_rank']]
+
+
+def _assert_matches_truth(result):
+    assert [line['iter'] for line in result['lines']] == list(range(6))
+    for line, truth in zip(result['lines'], result['truth']):
+        assert _named(result, line) == truth, f'iteration {line["iter"]}'
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize('wrapper', sorted(WRAPPERS))
+@pytest.mark.parametrize('pattern', PATTERNS)
+def test_two_ranks_report_exactly_the_truth(tmp_path, wrapper, pattern):
+    results = run_distributed(train_toy_runner, str(tmp_path), pattern, WRAPPERS[wrapper])
+    result = results[0]
+    _assert_matches_truth(result)
+    # Only rank 0 writes; every rank accumulated the same gathered record.
+    assert results[1]['statistics'] == result['statistics']
+    assert result['statistics']['iterations_seen'] == 6
+    # One set of autograd hooks: the wrapper's record when there is one.
+    assert result['record_is_wrappers'] == (wrapper == 'guarded_ddp')
+    assert set(result['post_accumulate_hooks']) == {1}
+    # The log line's unused_params of every iteration: unused on at least one rank.
+    assert result['scalar'] == [len(set().union(*map(set, line['unused_per_rank'])))
+                                for line in result['lines']]
+
+
+def test_single_process_predicts_the_multi_gpu_failure(tmp_path):
+    result = train_toy_runner(0, 1, str(tmp_path), 'skip_odd')
+    _assert_matches_truth(result)
+    with open(osp.join(tmp_path, 'unused_params_summary.json')) as f:
+        summary = json.load(f)
+    assert summary['verdict']['plain_ddp_fails'] is True
+    assert summary['verdict']['plain_ddp_first_failure_iteration'] == 0
+    rows = {p['name']: p for p in summary['parameters']}
+    assert rows['branch.weight']['iterations_unused'] == 3
+    assert rows['dead.bias']['iterations_unused'] == 6
+    assert rows['dead.weight']['shape'] == [16, 16]
+    assert rows['dead.weight']['module_type'] == 'Linear'
+    assert osp.getsize(osp.join(tmp_path, 'unused_params_summary.png')) > 1000
+    with open(osp.join(tmp_path, 'unused_params_table.json')) as f:
+        assert len(json.load(f)) == 10
+
+
+def test_no_unused_parameters_means_plain_ddp_would_work(tmp_path):
+    result = train_toy_runner(0, 1, str(tmp_path), 'none')
+    assert all(line['unused_per_rank'] == [[]] for line in result['lines'])
+    with open(osp.join(tmp_path, 'unused_params_summary.json')) as f:
+        verdict = json.load(f)['verdict']
+    assert verdict['plain_ddp_fails'] is False
+
+
+def test_statistics_survive_checkpoint_and_resume(tmp_path, monkeypatch):
+    # mmengine 0.10.7 checkpoints hold HistoryBuffer objects that torch >= 2.6 refuses to
+    # load with weights_only=True (see README, Limits).
+    monkeypatch.setenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
+    whole = train_toy_runner(0, 1, str(tmp_path / 'whole'), 'skip_odd', max_iters=8)
+    resumed_dir = str(tmp_path / 'resumed')
+    # Iterations 0-4 run; the checkpoint holds 0-3, so line 4 is written twice: once before
+    # the "crash", once after the resume.
+    train_toy_runner(0, 1, resumed_dir, 'skip_odd', max_iters=5, checkpoint_interval=4)
+    resumed = train_toy_runner(0, 1, resumed_dir, 'skip_odd', max_iters=8, resume=True,
+                               checkpoint_interval=4)
+    assert [line['iter'] for line in resumed['lines']] == list(range(8))
+    assert resumed['lines'] == [dict(line) for line in whole['lines']]
+    assert resumed['statistics'] == whole['statistics']
+    with open(osp.join(resumed_dir, 'unused_params_summary.json')) as f:
+        summary = json.load(f)
+    assert summary['iterations_seen'] == 8
+    assert {p['name']: p['iterations_unused'] for p in summary['parameters']} == {
+        'branch.weight': 4, 'branch.bias': 4, 'dead.weight': 8, 'dead.bias': 8}
+
+
+@pytest.mark.parametrize('kwargs, error, words', [
+    (dict(interval=0), ValueError, 'interval must be a positive integer'),
+    (dict(interval=-5), ValueError, 'interval must be a positive integer'),
+    (dict(interval=2.5), ValueError, 'interval must be a positive integer'),
+    (dict(max_modules_in_log=0), ValueError, 'max_modules_in_log must be a positive'),
+    (dict(intervall=5), TypeError, r"unknown option\(s\) \['intervall'\]"),
+])
+def test_bad_options_are_named(kwargs, error, words):
+    from mmdet3d_ddp_guard import UnusedParamsHook
+    with pytest.raises(error, match=words):
+        UnusedParamsHook(**kwargs)
+
+
+def test_unwritable_out_dir_is_named(tmp_path):
+    blocker = tmp_path / 'a_file'
+    blocker.write_text('not a folder')
+    with pytest.raises(OSError, match="out_dir='.*a_file/sub'"):
+        train_toy_runner(0, 1, str(tmp_path / 'work'), 'skip_odd',
+                         custom_hooks=[dict(type='UnusedParamsHook',
+                                            out_dir=str(blocker / 'sub'))])
