@@ -2,14 +2,15 @@
 import argparse
 import sys
 
-from .cli import demo
+from .cli import check, demo
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog='mmdet3d_ddp_guard')
     commands = parser.add_subparsers(dest='command', required=True)
     for name, module, help_text in (
-            ('demo', demo, 'plain DDP dying, then GuardedDDP training, on 2 processes'), ):
+            ('demo', demo, 'plain DDP dying, then GuardedDDP training, on 2 processes'),
+            ('check', check, 'would plain DDP fail on this config? (one process)')):
         sub = commands.add_parser(name, help=help_text, description=module.__doc__)
         module.add_arguments(sub)
         sub.set_defaults(run=module.main)

@@ -8,7 +8,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model import BaseModel
-from mmengine.registry import MODELS
+from mmengine.registry import DATASETS, MODELS
 
 
 def _conv_bn(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
@@ -92,3 +92,25 @@ def make_bev_batch(batch_size: int, in_channels: int, size: int, device='cpu', s
     inputs = torch.randn(batch_size, in_channels, size, size, generator=generator)
     targets = torch.randn(batch_size, 2, size, size, generator=generator)
     return dict(inputs=inputs.to(device), targets=targets.to(device))
+
+
+@DATASETS.register_module()
+class BEVNoiseDataset(torch.utils.data.Dataset):
+    """Random BEV inputs and targets for :class:`BEVConvNet` through a real Runner.
+
+    Args:
+        length (int): Number of samples.
+        in_channels (int): Channels of the input.
+        size (int): Side of the BEV grid.
+    """
+
+    def __init__(self, length: int = 64, in_channels: int = 32, size: int = 64):
+        self.length, self.in_channels, self.size = length, in_channels, size
+        self.metainfo = dict(classes=('box', ))
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        batch = make_bev_batch(1, self.in_channels, self.size, seed=index)
+        return {key: value[0] for key, value in batch.items()}

@@ -1,0 +1,60 @@
+"""The usage record on its own: ground truth in one process, the torch version guard."""
+import pytest
+import torch
+import torch.nn as nn
+
+from mmdet3d_ddp_guard.examples import ToyDetector, make_toy_batch
+from mmdet3d_ddp_guard.param_table import ParamTable
+from mmdet3d_ddp_guard.usage_record import ParamUsageRecord, UsageStatistics, check_torch_version
+
+
+def test_torch_version_guard_names_the_fix():
+    check_torch_version('2.13.0+cpu')
+    check_torch_version('2.1.0')
+    with pytest.raises(RuntimeError, match='needs torch >= 2.1.*find_unused_parameters=True'):
+        check_torch_version('2.0.1')
+
+
+def test_zero_gradient_is_used_and_unreached_is_unused():
+    model = nn.ModuleDict(dict(zeroed=nn.Linear(2, 1), skipped=nn.Linear(2, 1)))
+    record = ParamUsageRecord(model)
+    record.start_iteration()
+    (model['zeroed'](torch.ones(1, 2)) * 0).sum().backward()
+    usage = record.close_iteration(0)
+    assert torch.equal(model['zeroed'].weight.grad, torch.zeros(1, 2))
+    assert [record.table.names[i] for i in usage.local_unused] == ['skipped.weight',
+                                                                    'skipped.bias']
+
+
+def test_frozen_parameters_are_not_tracked():
+    model = ToyDetector('dead_layer')
+    model.dead.requires_grad_(False)
+    assert 'dead.weight' not in ParamTable(model).names
+
+
+def test_single_process_record_matches_the_model_truth():
+    model = ToyDetector('skip_odd')
+    record = ParamUsageRecord(model)
+    for iteration in range(4):
+        record.start_iteration()
+        sum(model(**make_toy_batch(iteration, 0)).values()).backward()
+        usage = record.close_iteration(iteration)
+        model.zero_grad(set_to_none=True)
+        assert sorted(record.table.names[i] for i in usage.local_unused) == \
+            model.expected_unused(iteration, 0)
+    assert record.statistics.set_changes == 3
+
+
+def test_grouped_names_stay_compact():
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(30)])
+    table = ParamTable(model)
+    lines = table.grouped(range(len(table)), limit=5)
+    assert len(lines) == 6
+    assert lines[0] == '0 (Linear): weight, bias [6 elements]'
+    assert lines[-1] == '... and 25 more modules (50 parameters)'
+
+
+def test_statistics_refuse_a_checkpoint_of_another_model():
+    state = UsageStatistics(3).state_dict()
+    with pytest.raises(ValueError, match='checkpoint counts 3 trainable parameters'):
+        UsageStatistics(4).load_state_dict(state)
