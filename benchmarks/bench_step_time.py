@@ -40,7 +40,8 @@ COMPARISONS = {
 
 def build(wrapper: str, skip_task: str, args, device):
     torch.manual_seed(0)
-    model = BEVConvNet(args.in_channels, args.width, skip_task=skip_task).to(device)
+    model = BEVConvNet(args.in_channels, args.width, args.layers_per_stage,
+                       skip_task=skip_task).to(device)
     device_ids = [device.index] if device.type == 'cuda' else None
     if wrapper == 'guarded_auto':
         ddp = GuardedDDP(model, device_ids=device_ids)
@@ -93,6 +94,7 @@ def main():
     parser.add_argument('--batch-size', type=int, default=2)
     parser.add_argument('--in-channels', type=int, default=32)
     parser.add_argument('--width', type=int, default=16)
+    parser.add_argument('--layers-per-stage', type=int, default=3)
     parser.add_argument('--size', type=int, default=64, help='BEV grid side')
     parser.add_argument('--amp', action='store_true', help='bf16 autocast (CUDA only)')
     parser.add_argument('--out', default=None, help='write the figures as JSON here')
@@ -100,7 +102,9 @@ def main():
 
     dist.init_process_group(args.backend or ('nccl' if args.device == 'cuda' else 'gloo'))
     rank = dist.get_rank()
-    device = (torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0)))
+    # Several ranks may share one GPU (gloo): rank r takes GPU r modulo the GPUs there are.
+    device = (torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0))
+                           % torch.cuda.device_count())
               if args.device == 'cuda' else torch.device('cpu'))
     if device.type == 'cuda':
         torch.cuda.set_device(device)
@@ -111,8 +115,7 @@ def main():
                 for w in comparison['wrappers']}
         times = {w: [] for w in runs}
         peaks = {w: [] for w in runs}
-        autocast = torch.autocast('cuda', torch.bfloat16, enabled=args.amp)
-        with autocast:
+        with torch.autocast('cuda', torch.bfloat16, enabled=args.amp):
             for wrapper, (ddp, optim) in runs.items():
                 time_block(ddp, optim, batch, args.warmup, device)
             for _ in range(args.repetitions):
@@ -138,7 +141,7 @@ def main():
               + (f' ({torch.cuda.get_device_name(device)})' if device.type == 'cuda' else '')
               + f', torch {torch.__version__}; median of {args.repetitions} interleaved '
               f'repetitions of {args.steps} steps; BEVConvNet '
-              f'{sum(1 for _ in BEVConvNet(args.in_channels, args.width).parameters())} '
+              f'{sum(1 for _ in BEVConvNet(args.in_channels, args.width, args.layers_per_stage).parameters())} '
               f'parameter tensors, batch {args.batch_size}x{args.in_channels}x{args.size}'
               f'x{args.size}' + (', bf16 autocast' if args.amp else ''))
         print(f'{"model":<16} {"wrapper":<24} {"step ms":>9} {"vs base":>8} '

@@ -2,6 +2,10 @@
 
 A hang (the failure mode of DDP with rank-dependent unused parameters) fails the test with
 the ranks' last output instead of blocking CI.
+
+On a GPU machine the same tests run on CUDA: ``DDP_GUARD_TEST_BACKEND=nccl`` and
+``DDP_GUARD_TEST_WORLD_SIZE=1`` select NCCL at world size 1 (default: gloo, 2 ranks, which
+share the one GPU when there is one).
 """
 import io
 import os
@@ -26,7 +30,8 @@ def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kw
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
                       LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
     try:
-        dist.init_process_group('gloo', rank=rank, world_size=world_size)
+        backend = os.environ.get('DDP_GUARD_TEST_BACKEND', 'gloo')
+        dist.init_process_group(backend, rank=rank, world_size=world_size)
         result = fn(rank, world_size, *args, **kwargs)
         # Bytes, not tensors: tensors travel through shared memory that dies with us.
         buffer = io.BytesIO()
@@ -50,6 +55,7 @@ def run_distributed(fn: Callable, *args, world_size: int = 2, timeout: float = 2
     Raises DistributedRunError with every failing rank's traceback when a rank raised, and
     when the ranks did not all finish within ``timeout`` seconds (a hang).
     """
+    world_size = int(os.environ.get('DDP_GUARD_TEST_WORLD_SIZE', world_size))
     context = mp.get_context('spawn')
     queue = context.Queue()
     port = free_port()
