@@ -102,10 +102,13 @@ def main():
 
     dist.init_process_group(args.backend or ('nccl' if args.device == 'cuda' else 'gloo'))
     rank = dist.get_rank()
-    # Several ranks may share one GPU (gloo): rank r takes GPU r modulo the GPUs there are.
-    device = (torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0))
-                           % torch.cuda.device_count())
-              if args.device == 'cuda' else torch.device('cpu'))
+    device = torch.device('cpu')
+    if args.device == 'cuda':
+        # Several ranks may share one GPU (gloo): local rank r takes GPU r modulo the GPUs
+        # there are, and says so in LOCAL_RANK, which MMEngine's logger uses as a GPU index.
+        index = int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()
+        os.environ['LOCAL_RANK'] = str(index)
+        device = torch.device('cuda', index)
     if device.type == 'cuda':
         torch.cuda.set_device(device)
     batch = make_bev_batch(args.batch_size, args.in_channels, args.size, device, seed=rank)

@@ -27,8 +27,12 @@ def free_port() -> int:
 
 def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kwargs: dict,
             queue) -> None:
+    # Ranks beyond the GPU count share GPUs; MMEngine's logger indexes the visible GPUs
+    # with LOCAL_RANK, so it must name a GPU that exists.
+    gpus = torch.cuda.device_count()
+    local_rank = rank % gpus if gpus else rank
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
-                      LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
+                      LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size))
     try:
         backend = os.environ.get('DDP_GUARD_TEST_BACKEND', 'gloo')
         dist.init_process_group(backend, rank=rank, world_size=world_size)
