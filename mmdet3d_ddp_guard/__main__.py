@@ -1,8 +1,8 @@
-"""``python -m mmdet3d_ddp_guard {demo,check} ...`` (also the ``mmdet3d-ddp-guard`` script)."""
+"""``python -m mmdet3d_ddp_guard {demo,check,make-tiny-data} ...`` (also the ``mmdet3d-ddp-guard`` script)."""
 import argparse
 import sys
 
-from .cli import check, demo
+from .cli import check, demo, make_tiny_data
 
 
 def main(argv=None) -> int:
@@ -10,7 +10,8 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest='command', required=True)
     for name, module, help_text in (
             ('demo', demo, 'plain DDP dying, then GuardedDDP training, on 2 processes'),
-            ('check', check, 'would plain DDP fail on this config? (one process)')):
+            ('check', check, 'would plain DDP fail on this config? (one process)'),
+            ('make-tiny-data', make_tiny_data, 'write the tiny nuScenes and KITTI datasets')):
         sub = commands.add_parser(name, help=help_text, description=module.__doc__)
         module.add_arguments(sub)
         sub.set_defaults(run=module.main)
