@@ -5,11 +5,11 @@ import sys
 import pytest
 
 from mmdet3d_ddp_guard.__main__ import main
-from mmdet3d_ddp_guard.cli.demo import DEFAULT_CONFIG
+from mmdet3d_ddp_guard.cli.demo import TOY_CONFIG
 
 
 def test_exits_1_and_names_parameters_when_plain_ddp_would_fail(tmp_path, capsys):
-    assert main(['check', DEFAULT_CONFIG, '--work-dir', str(tmp_path)]) == 1
+    assert main(['check', TOY_CONFIG, '--work-dir', str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert 'would have failed at iteration 0' in out
     assert 'branch.weight  (16, 16)' in out and 'dead.bias' in out
@@ -17,13 +17,13 @@ def test_exits_1_and_names_parameters_when_plain_ddp_would_fail(tmp_path, capsys
 
 
 def test_exits_0_when_every_parameter_is_used(tmp_path, capsys):
-    assert main(['check', DEFAULT_CONFIG, '--work-dir', str(tmp_path),
+    assert main(['check', TOY_CONFIG, '--work-dir', str(tmp_path),
                  '--cfg-options', 'model.pattern=none']) == 0
     assert 'would not have failed' in capsys.readouterr().out
 
 
 @pytest.mark.parametrize('argv, words', [
-    (['check', DEFAULT_CONFIG, '--iters', '0'], '--iters must be a positive integer'),
+    (['check', TOY_CONFIG, '--iters', '0'], '--iters must be a positive integer'),
     (['check', 'no/such/config.py'], "no config file at 'no/such/config.py'"),
 ])
 def test_bad_usage_exits_2(argv, words, capsys):
@@ -33,7 +33,7 @@ def test_bad_usage_exits_2(argv, words, capsys):
 
 @pytest.mark.timeout(120)
 def test_console_entry_point_runs_as_a_module(tmp_path):
-    run = subprocess.run([sys.executable, '-m', 'mmdet3d_ddp_guard', 'check', DEFAULT_CONFIG,
+    run = subprocess.run([sys.executable, '-m', 'mmdet3d_ddp_guard', 'check', TOY_CONFIG,
                           '--iters', '2', '--work-dir', str(tmp_path)],
                          capture_output=True, text=True, timeout=110)
     assert run.returncode == 1, run.stderr[-2000:]

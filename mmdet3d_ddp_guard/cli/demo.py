@@ -1,7 +1,10 @@
 """The demo: the same model and config under plain DDP (which dies) and under GuardedDDP.
 
 Both runs go through MMDetection3D's own ``tools/train.py`` under torchrun with 2 processes
-(gloo on CPU), exactly as a user launches training; only ``model_wrapper_cfg`` differs.
+(gloo on CPU), exactly as a user launches training; only ``model_wrapper_cfg`` differs. The
+default is the CenterPoint example (mmdet3d's CenterPoint pillar nuScenes config plus a layer
+that runs only for batches with a pedestrian) on the tiny nuScenes data, written first when
+``data/tiny`` is missing.
 """
 import argparse
 import os.path as osp
@@ -12,10 +15,13 @@ from typing import List
 import torch
 
 from ..launch import TrainRun, torchrun_train
+from .make_tiny_data import DEFAULT_ROOT, make_tiny_data
 
 REPO_CONFIGS = osp.join(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))),
                         'configs')
-DEFAULT_CONFIG = osp.join(REPO_CONFIGS, 'toy', 'toy_detector_skip_branch.py')
+TOY_CONFIG = osp.join(REPO_CONFIGS, 'toy', 'toy_detector_skip_branch.py')
+DEFAULT_CONFIG = osp.join(REPO_CONFIGS, 'centerpoint',
+                          'centerpoint_pillar02_gated-refiner_tiny-nus-3d.py')
 _RANK_PREFIX = re.compile(r'^\[rank\d+\]:\s*')
 _LOG_PREFIX = re.compile(r'^\d\d/\d\d \d\d:\d\d:\d\d - mmengine - \w+ - ')
 
@@ -89,7 +95,8 @@ def run_demo(config: str, work_dir: str, timeout: float, extra_options: List[str
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('config', nargs='?', default=DEFAULT_CONFIG,
-                        help='config to run (default: the embedded toy detector)')
+                        help='config to run (default: the CenterPoint example; '
+                        f'{osp.relpath(TOY_CONFIG)} is a 20-second one)')
     parser.add_argument('--work-dir', default=None,
                         help='where both runs write (default: a new temporary folder)')
     parser.add_argument('--timeout', type=float, default=600,
@@ -99,5 +106,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.config == DEFAULT_CONFIG and not osp.isdir(DEFAULT_ROOT):
+        print(f'Writing the tiny datasets into {DEFAULT_ROOT}/ first.', flush=True)
+        make_tiny_data(DEFAULT_ROOT)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix='ddp_guard_demo_')
     return run_demo(args.config, work_dir, args.timeout, args.cfg_options)
