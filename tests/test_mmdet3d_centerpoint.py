@@ -60,7 +60,7 @@ def test_plain_ddp_dies_with_the_real_error(data_root, tmp_path):
     # Without UnusedParamsHook, as in a plain mmdet3d config: the hook's own all_gather
     # would meet the allreduce that the rank which ran the refiner is blocked in, and turn
     # DDP's error into a hang.
-    run = _train(data_root, tmp_path, *plain_ddp_options(), 'custom_hooks=[]')
+    run = _train(data_root, tmp_path, *plain_ddp_options())
     assert run.returncode != 0 and not run.timed_out, run.output[-3000:]
     assert 'Expected to have finished reduction in the prior iteration' in run.output
     assert 'Parameter indices which did not receive grad for rank 1' in run.output

@@ -4,7 +4,7 @@ import os.path as osp
 
 import pytest
 
-from tests.dist_utils import run_distributed
+from tests.dist_utils import DistributedRunError, run_distributed
 from tests.scenarios import train_toy_runner
 
 PATTERNS = ['dead_layer', 'skip_odd', 'rank_dependent', 'output_not_in_loss']
@@ -108,3 +108,15 @@ def test_unwritable_out_dir_is_named(tmp_path):
         train_toy_runner(0, 1, str(tmp_path / 'work'), 'skip_odd',
                          custom_hooks=[dict(type='UnusedParamsHook',
                                             out_dir=str(blocker / 'sub'))])
+
+
+@pytest.mark.timeout(200)
+def test_under_plain_ddp_fast_path_it_stops_clearly_instead_of_hanging(tmp_path):
+    """Gathering across ranks would wait behind DDP's unfinished bucket all-reduce."""
+    with pytest.raises(DistributedRunError) as raised:
+        run_distributed(train_toy_runner, str(tmp_path), 'rank_dependent',
+                        dict(type='CPUCompatibleMMDDP', find_unused_parameters=False),
+                        timeout=150)
+    text = str(raised.value)
+    assert 'UnusedParametersError' in text and 'dead.weight' in text
+    assert 'timeout' not in text.split('\n')[0]

@@ -1,8 +1,7 @@
 # mmdet3d's SMOKE (monocular 3D, DLA-34 + DLANeck, KITTI, 3 classes), model unchanged, on
 # tiny synthetic KITTI data for 4 iterations on 2 CPU ranks, with the guard on. Make the data
-# first (from the repo root, which is the working directory for training):
-#   python -c "from mmdet3d_ddp_guard.examples.tiny_kitti import make_tiny_kitti; \
-#              make_tiny_kitti('data/tiny/kitti')"
+# first, from the repo root (the working directory for training):
+#   python -m mmdet3d_ddp_guard make-tiny-data
 # mmdet3d marks this config `find_unused_parameters = True`: in DLA-34 the `project`
 # shortcuts of backbone levels 3 and 4 are computed, then discarded by the inner tree (6
 # parameters, unused in every iteration on every rank). Plain DDP
@@ -35,7 +34,8 @@ train_dataloader = dict(
     persistent_workers=False,
     dataset=dict(data_root=data_root, pipeline=train_pipeline))
 
-# 4 iterations at the schedule's base learning rate; no validation or test.
+# 4 iterations at the schedule's base learning rate; no validation or test. (MMEngine
+# refuses keys that two bases both set, so this block cannot move into a shared base.)
 train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=4)
 param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=False)]
 val_dataloader = None
@@ -51,3 +51,4 @@ default_hooks = dict(
 log_processor = dict(by_epoch=False)
 custom_hooks = [dict(type='UnusedParamsHook', interval=1)]
 randomness = dict(seed=0)
+load_from = None

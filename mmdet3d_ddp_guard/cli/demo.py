@@ -27,9 +27,11 @@ _LOG_PREFIX = re.compile(r'^\d\d/\d\d \d\d:\d\d:\d\d - mmengine - \w+ - ')
 
 
 def plain_ddp_options() -> List[str]:
+    """The config as it was before the guard: plain DDP and no UnusedParamsHook (which would
+    replace DDP's error with its own)."""
     wrapper = 'MMDistributedDataParallel' if torch.cuda.is_available() else 'CPUCompatibleMMDDP'
     return [f'model_wrapper_cfg.type={wrapper}',
-            'model_wrapper_cfg.find_unused_parameters=False']
+            'model_wrapper_cfg.find_unused_parameters=False', 'custom_hooks=[]']
 
 
 def real_error_lines(output: str) -> List[str]:

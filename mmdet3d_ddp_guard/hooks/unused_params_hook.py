@@ -7,7 +7,9 @@ from mmengine.dist import master_only
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
+from torch.nn.parallel import DistributedDataParallel
 
+from ..errors import unused_parameters_error
 from ..guarded_ddp import GuardedDDP
 from ..usage_record import IterationUsage, ParamUsageRecord
 from ..usage_summary import write_summary
@@ -40,6 +42,11 @@ class UnusedParamsHook(Hook):
     Under :class:`GuardedDDP` the hook reads the wrapper's own usage record (one set of
     autograd hooks). Under any other wrapper, or none, it installs the record itself; in a
     single process it then predicts whether multi-GPU training with plain DDP would fail.
+    Under plain DDP with ``find_unused_parameters=False`` an unused parameter dooms the run
+    (DDP fails at the next forward, or hangs the ranks that used it), and gathering across
+    ranks would itself hang behind DDP's unfinished all-reduce: there the hook reports this
+    rank's own usage and stops the run with :class:`UnusedParametersError` on the rank that
+    left parameters unused, naming them.
     Cost: a hook call per parameter per backward and, outside GuardedDDP, one all_gather of a
     byte per parameter per iteration.
 
@@ -78,6 +85,7 @@ class UnusedParamsHook(Hook):
         self.file_prefix = file_prefix
         self.record: Optional[ParamUsageRecord] = None
         self._drives_record = False
+        self._ddp_fast_path = False
 
     def before_run(self, runner) -> None:
         model = runner.model
@@ -87,6 +95,9 @@ class UnusedParamsHook(Hook):
             module = model.module if is_model_wrapper(model) else model
             self.record = ParamUsageRecord(module)
             self._drives_record = True
+            self._ddp_fast_path = (isinstance(model, DistributedDataParallel)
+                                   and not model.find_unused_parameters
+                                   and not model.static_graph)
         self.out_dir = self.out_dir or runner.work_dir
         self._prepare_out_dir(runner)
 
@@ -138,10 +149,20 @@ class UnusedParamsHook(Hook):
             self.record.start_iteration()
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        if self._drives_record:
-            usage = self.record.close_iteration(runner.iter)
-        else:
+        if not self._drives_record:
             usage = self.record.last
+        elif self._ddp_fast_path:
+            local_unused = self.record.local_unused()
+            if local_unused:
+                raise unused_parameters_error(
+                    self.record.table, local_unused, runner.iter, self.record.rank,
+                    'the config: plain DDP (UnusedParamsHook cannot report across ranks '
+                    'here)')
+            # Every rank that gets here used everything; one that did not has raised.
+            usage = self.record.close_iteration(runner.iter, local_unused,
+                                                no_rank_had_unused=True)
+        else:
+            usage = self.record.close_iteration(runner.iter)
         runner.message_hub.update_scalar('train/unused_params',
                                          len(usage.unused_on_any_rank))
         if usage.unused_on_any_rank and (self.record.last_changed
