@@ -29,7 +29,9 @@ MODE_EXPLANATIONS = {
                "extra small backward, which fires DDP's own hooks so their buckets are "
                'reduced; a parameter that no rank used ends the step with grad None, as '
                'under find_unused_parameters=True. Cost: one hook call per parameter per '
-               'backward and one all_gather of one byte per parameter per iteration.'),
+               'backward and one extra element in DDP\'s last bucket all-reduce; one '
+               'all_gather of a byte per parameter only in iterations where some rank left '
+               'parameters unused.'),
     FIND_UNUSED: ('DDP walks the autograd graph from the forward outputs every iteration '
                   'and all-reduces a per-parameter used map.'),
     STATIC_GRAPH: ('DDP records the used parameters in the first iteration and expects '
