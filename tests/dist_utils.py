@@ -10,7 +10,6 @@ share the one GPU when there is one).
 import io
 import os
 import queue as queue_module
-import socket
 import traceback
 from typing import Any, Callable, List
 
@@ -18,11 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
+from mmdet3d_ddp_guard.launch import free_port
 
 
 def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kwargs: dict,
