@@ -14,6 +14,7 @@ accumulation (``accumulative_counts > 1``) each micro-step is its own iteration,
 MMEngine's own iteration counter and log lines.
 """
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import torch
@@ -52,19 +53,20 @@ class IterationUsage:
     local_unused: Tuple[int, ...]
     per_rank_unused: Tuple[Tuple[int, ...], ...]
 
-    @property
+    # Cached: the wrapper, the policy, the statistics and the hook all ask, every iteration.
+    @cached_property
     def unused_on_all_ranks(self) -> FrozenSet[int]:
         sets = [set(ids) for ids in self.per_rank_unused]
         return frozenset(set.intersection(*sets))
 
-    @property
+    @cached_property
     def unused_on_any_rank(self) -> FrozenSet[int]:
         return frozenset().union(*self.per_rank_unused)
 
     def ranks_of(self, index: int) -> List[int]:
         return [rank for rank, ids in enumerate(self.per_rank_unused) if index in ids]
 
-    @property
+    @cached_property
     def ranks_differ(self) -> bool:
         return len(set(self.per_rank_unused)) > 1
 
