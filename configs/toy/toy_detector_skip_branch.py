@@ -1,6 +1,7 @@
 # A small detector whose branch is skipped on odd iterations and which keeps a dead layer:
 # plain DDP dies on it at the first iteration; GuardedDDP trains it. Runs on 2 CPU ranks in
-# seconds. Used by the demo (`make demo`) and the Runner/torchrun tests.
+# seconds. The quick demo (`python -m mmdet3d_ddp_guard demo configs/toy/...`), the check
+# command and the Runner/torchrun tests use it.
 custom_imports = dict(
     imports=['mmdet3d_ddp_guard', 'mmdet3d_ddp_guard.examples'], allow_failed_imports=False)
 
