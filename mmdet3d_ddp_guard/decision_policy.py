@@ -24,22 +24,25 @@ STATIC_GRAPH = 'static_graph'
 STRICT = 'strict'
 
 MODE_EXPLANATIONS = {
-    COMPLETE: ("DDP's fast path (find_unused_parameters=False), and after each backward "
-               'the parameters autograd did not reach get a zero gradient through one '
-               "extra small backward, which fires DDP's own hooks so their buckets are "
-               'reduced; a parameter that no rank used ends the step with grad None, as '
-               'under find_unused_parameters=True. Cost: one hook call per parameter per '
-               'backward and one extra element in DDP\'s last bucket all-reduce; one '
-               'all_gather of a byte per parameter only in iterations where some rank left '
-               'parameters unused.'),
+    COMPLETE: ("DDP's fast path (find_unused_parameters=False). DDP's last bucket "
+               'all-reduce carries, per parameter, the number of ranks that did not use it: '
+               'a rank that used everything adds a zero tensor kept on the device, with no '
+               'host sync and no collective of ours. A rank that did not reach some '
+               "parameters gives them a zero gradient through one extra small backward, "
+               "which fires DDP's own hooks so their buckets are reduced, and gives the ones "
+               'no rank used grad None, as under find_unused_parameters=True. The per-rank '
+               'detail is read after the optimizer step; one all_gather of a byte per '
+               'parameter follows only in iterations where ranks disagree.'),
     FIND_UNUSED: ('DDP walks the autograd graph from the forward outputs every iteration '
                   'and all-reduces a per-parameter used map.'),
     STATIC_GRAPH: ('DDP records the used parameters in the first iteration and expects '
                    'exactly that set in every later iteration; GuardedDDP stops the run '
                    'with a clear error the iteration the set changes.'),
-    STRICT: ('DDP fast path with no safety net; GuardedDDP stops the run with a clear '
-             'error (names, shapes, modules, the config line that fixes it) on the rank '
-             'whose parameters went unused, before the next forward.'),
+    STRICT: ("DDP's fast path with no safety net, at the cost of 'auto' when nothing is "
+             'unused. If a rank leaves parameters unreached, its buckets are completed so '
+             'that no rank hangs, and every rank stops before the next forward with the same '
+             'clear error (which ranks, names, shapes, modules, the config line that fixes '
+             'it).'),
 }
 
 _SENTINEL = object()
@@ -50,27 +53,32 @@ def not_given():
     return _SENTINEL
 
 
-def resolve_request(wrapper_value, config_value=_SENTINEL) -> Tuple[Union[str, bool], str]:
+def resolve_request(wrapper_value, config_value=_SENTINEL,
+                    built_by_runner: bool = True) -> Tuple[Union[str, bool], str]:
     """What the user asked for, and where they wrote it.
 
-    ``model_wrapper_cfg=dict(type='GuardedDDP', find_unused_parameters=...)`` and the
-    top-level ``find_unused_parameters = ...`` of the config (which MMEngine drops when
+    ``model_wrapper_cfg=dict(type='GuardedDDP', find_unused_parameters=...)`` (or the
+    argument, when GuardedDDP is built in Python) and the top-level
+    ``find_unused_parameters = ...`` of the config (which MMEngine drops when
     ``model_wrapper_cfg`` is set) are both honoured; when both are written and disagree the
     run does not start, since either choice would silently ignore one of them.
     """
-    for option, value in (('model_wrapper_cfg.find_unused_parameters', wrapper_value),
-                          ('find_unused_parameters (config top level)', config_value)):
+    wrapper_option = ('model_wrapper_cfg.find_unused_parameters', '') if built_by_runner \
+        else ('find_unused_parameters', ' (argument of GuardedDDP)')
+    for (option, where), value in ((wrapper_option, wrapper_value),
+                                   (('find_unused_parameters', ' (config top level)'),
+                                    config_value)):
         if value is _SENTINEL:
             continue
         if isinstance(value, str):
             if value != AUTO:
                 raise ValueError(
-                    f"GuardedDDP: {option}={value!r} is not a known mode. Use 'auto' (let "
-                    'GuardedDDP choose), True (DDP graph search) or False (DDP fast path, '
-                    'fail clearly on unused parameters).')
+                    f'GuardedDDP: {option}={value!r}{where} is not a known mode. Use '
+                    "'auto' (let GuardedDDP choose), True (DDP graph search) or False (DDP "
+                    'fast path, fail clearly on unused parameters).')
         elif not isinstance(value, bool):
             raise TypeError(
-                f'GuardedDDP: {option} must be \'auto\', True or False, not '
+                f'GuardedDDP: {option}{where} must be \'auto\', True or False, not '
                 f'{type(value).__name__} {value!r}. Write e.g. '
                 "model_wrapper_cfg=dict(type='GuardedDDP', find_unused_parameters='auto').")
     if wrapper_value is not _SENTINEL and config_value is not _SENTINEL \
@@ -81,7 +89,10 @@ def resolve_request(wrapper_value, config_value=_SENTINEL) -> Tuple[Union[str, b
             'Delete one of the two lines (the top-level one usually comes from an inherited '
             "mmdet3d config; 'auto' lets GuardedDDP choose).")
     if wrapper_value is not _SENTINEL:
-        return wrapper_value, 'model_wrapper_cfg'
+        if built_by_runner:
+            return wrapper_value, 'model_wrapper_cfg'
+        return wrapper_value, (f'GuardedDDP(find_unused_parameters={wrapper_value!r}) '
+                               'in Python')
     if config_value is not _SENTINEL:
         return config_value, 'config top-level find_unused_parameters'
     return AUTO, 'default'

@@ -1,5 +1,5 @@
 """The errors GuardedDDP raises instead of DDP's index lists and hangs."""
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .param_table import ParamTable, format_rows
 
@@ -16,19 +16,24 @@ def _parameter_table(table: ParamTable, indices: Sequence[int]) -> str:
     return format_rows(table.table_rows(indices), ('parameter', 'shape', 'module type'))
 
 
-def unused_parameters_error(table: ParamTable, indices: Sequence[int], iteration: int,
-                            rank: int, source: str) -> UnusedParametersError:
-    return UnusedParametersError(
-        f'GuardedDDP: {len(indices)} parameters received no gradient in iteration '
-        f'{iteration} on rank {rank}, but find_unused_parameters=False was requested '
-        f'(in {source}). Plain DDP would fail at the next forward ("Expected to have '
-        'finished reduction in the prior iteration") or hang the other ranks; the run '
-        'stops here instead.\n'
-        f'{_parameter_table(table, indices)}\n'
-        'Fix: let GuardedDDP handle them, in your config:\n'
-        "    model_wrapper_cfg = dict(type='GuardedDDP', find_unused_parameters='auto')\n"
-        'and delete any top-level `find_unused_parameters = False`. Or make the model use '
-        'these parameters in the loss of every iteration.')
+def unused_parameters_error(table: ParamTable, unused_by_rank: Mapping[int, Sequence[int]],
+                            iteration: int, source: str) -> UnusedParametersError:
+    """The strict-mode stop; ``unused_by_rank`` maps each rank that is known to have left
+    parameters without a gradient to their ids (all ranks under GuardedDDP, only the
+    raising rank where nothing can be exchanged)."""
+    offenders = {rank: ids for rank, ids in sorted(unused_by_rank.items()) if ids}
+    parts = [f'GuardedDDP: parameters received no gradient in iteration {iteration} on '
+             f'rank(s) {", ".join(map(str, offenders))}, but find_unused_parameters=False '
+             f'was requested ({source}). Plain DDP would fail at the next forward ("Expected '
+             'to have finished reduction in the prior iteration") or hang the other ranks; '
+             'every rank stops here instead.']
+    for rank, ids in offenders.items():
+        parts += [f'rank {rank}: {len(ids)} parameters', _parameter_table(table, ids)]
+    parts.append('Fix: let GuardedDDP handle them, in your config:\n'
+                 "    model_wrapper_cfg = dict(type='GuardedDDP', find_unused_parameters='auto')\n"
+                 'and delete any top-level `find_unused_parameters = False`. Or make the model '
+                 'use these parameters in the loss of every iteration.')
+    return UnusedParametersError('\n'.join(parts))
 
 
 def static_graph_changed_error(table: ParamTable, before: Sequence[int],

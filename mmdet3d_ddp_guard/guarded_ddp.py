@@ -1,7 +1,7 @@
 """GuardedDDP: MMEngine's DDP wrapper that never dies of unused parameters."""
 import contextlib
 import inspect
-from typing import Dict, Union
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 from mmengine.logging import MessageHub, print_log
@@ -11,11 +11,10 @@ from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 
 from .cpu_launch import drop_device_ids_for_cpu_module
-from .decision_policy import (COMPLETE, FIND_UNUSED, STATIC_GRAPH, STRICT, Decision,
-                              DecisionPolicy,
-                              not_given, resolve_request)
+from .decision_policy import (COMPLETE, STATIC_GRAPH, STRICT, Decision, DecisionPolicy,
+                              FIND_UNUSED, not_given, resolve_request)
 from .errors import static_graph_changed_error, unused_parameters_error
-from .unused_flag_comm_hook import UnusedFlagState, allreduce_with_unused_flag
+from .unused_counts_comm_hook import UnusedCountsState, allreduce_with_unused_counts
 from .usage_record import IterationUsage, ParamUsageRecord
 
 
@@ -32,37 +31,54 @@ class GuardedDDP(MMDistributedDataParallel):
     ``Expected to have finished reduction in the prior iteration ...`` (torchrun shows it as
     ``ChildFailedError``); when only some ranks skip the parameter, the ranks that used it
     wait in the all-reduce for a partner that never comes, and the run hangs until the
-    collective times out. A gradient that exists and is exactly zero is *not* unused.
+    collective times out. A gradient that exists and is exactly zero is *not* unused. A
+    gradient that autograd reached but left undefined (a custom autograd Function that
+    returns None for it) is unused on that rank, as under DDP's graph search; it cannot
+    break DDP's fast path, which reduces it as zeros.
 
     **The modes.** ``find_unused_parameters`` takes:
 
     - ``'auto'`` (default): GuardedDDP's own way, mode ``'complete'``. DDP runs its fast path
       (``find_unused_parameters=False``: no graph search). A post-accumulate-grad hook on
-      every parameter records which ones autograd reached. After the backward, the
-      parameters that were not reached on this rank get one extra backward of a zero
-      gradient: that fires DDP's own hooks for them, so the missing buckets are reduced in
-      order and nothing fails or hangs, whatever differs between iterations or ranks. DDP's
-      last bucket all-reduce carries one extra element, the number of ranks that left
-      parameters unreached; when it is not zero, one ``all_gather`` of a byte per parameter
-      tells every rank which parameters no rank used, and their gradients are set back to
-      None, so the optimizer skips them (no momentum, no weight decay) exactly as it would
-      under ``find_unused_parameters=True`` or on one GPU. Parameters used on some ranks get
-      the cross-rank mean with zeros for the ranks that did not use them, as under
+      every parameter records which ones autograd reached, and whether their gradient is
+      defined. DDP's last bucket all-reduce carries, after the gradients, one element per
+      trainable parameter: the number of ranks that did not use it. On a rank that used
+      every parameter that is all there is: a zero tensor kept on the device goes along, and
+      nothing of ours waits for the GPU or talks to other ranks between the backward and the
+      optimizer step. On a rank that did not reach some parameters, one extra backward of a
+      zero gradient into exactly those fires DDP's own hooks for them, so the missing
+      buckets are reduced in order and nothing fails or hangs, whatever differs between
+      iterations or ranks; that rank then reads the counts of its own unused parameters
+      (a host sync, on the slow path only) and gives the ones that no rank used grad None,
+      so the optimizer skips them (no momentum, no weight decay), exactly as under
+      ``find_unused_parameters=True`` or on one GPU. Parameters used on some ranks get the
+      cross-rank mean with zeros for the ranks that did not use them, as under
       ``find_unused_parameters=True``. Training is the same as with DDP's graph search
-      (bit-identical in the tests for SGD with momentum and AdamW).
-      Cost: one C-level hook call per parameter per backward, a copy of the last bucket and,
-      on GPU, one host sync to read the flag; when parameters do go unused, a zero tensor
-      per unused parameter, one tiny extra backward and the gather. Nothing next to a 3D
-      detector's step on CPU; about 2.6 % on an H200 with a 200 ms step (README).
+      (bit-identical in the tests for SGD with momentum and AdamW, undefined gradients
+      included). The per-rank detail for the reports is read after the optimizer step,
+      where MMEngine synchronises anyway for the log line; a collective of ours (one
+      ``all_gather`` of a byte per parameter) follows only in iterations where some
+      parameter was unused on some ranks but not all, to learn which ranks.
+      Cost with nothing unused: one hook call per parameter per backward and ``P`` extra
+      elements (a few KB) in the last bucket's all-reduce; no host sync, no collective.
+      With parameters unused on every rank (mmdet3d's SMOKE leaves six so every iteration):
+      the completion backward and one host read of their counts; still no collective. With
+      ranks that disagree: one small ``all_gather`` after the step. At 1024 ranks and 6000
+      parameter tensors the counts add 24 KB to the last bucket (float32), and that gather
+      moves 6 MB into each rank, only in the iterations whose ranks disagree.
     - ``True``: DDP's graph search. Every iteration DDP walks the autograd graph from the
       forward's outputs (in C++), marks unreached parameters ready and all-reduces a used
       map. Correct for any pattern; pays the walk every iteration whether or not anything is
       unused. Fails with reentrant activation checkpointing ("mark a variable ready only
-      once"). Honoured when written.
-    - ``False``: DDP's fast path without a safety net. Honoured when written; if parameters
-      go unused, GuardedDDP stops the run before the next forward with
-      :class:`UnusedParametersError` on the rank that saw it, naming the parameters, their
-      shapes and modules, the iteration and the config line that fixes it.
+      once"). Honoured when written; use it when you need your own DDP comm hook. The
+      per-rank report is exchanged in batches (see :class:`ParamUsageRecord`).
+    - ``False``: DDP's fast path without a safety net, and the same cost as ``'auto'`` when
+      nothing is unused. If a rank leaves parameters unreached, its buckets are completed
+      (so no rank hangs in DDP's all-reduce) and then every rank stops before the next
+      forward with the same :class:`UnusedParametersError`, naming which ranks left which
+      parameters (shapes, modules), the iteration and the config line that fixes it. An
+      undefined gradient does not stop the run: DDP's fast path reduces it as zeros, and it
+      is reported only.
 
     ``static_graph=True`` is honoured as well: DDP then records the used set once and expects
     it forever; GuardedDDP raises :class:`StaticGraphChangedError` the iteration it changes.
@@ -70,7 +86,9 @@ class GuardedDDP(MMDistributedDataParallel):
     **What the user wrote wins.** A top-level ``find_unused_parameters = ...`` in the config
     (present in many mmdet3d configs, and silently dropped by MMEngine's ``Runner`` when
     ``model_wrapper_cfg`` is set) is read from the Runner that builds this wrapper and
-    honoured; if it contradicts ``model_wrapper_cfg`` the run does not start.
+    honoured; if it contradicts ``model_wrapper_cfg`` the run does not start. An inherited
+    ``find_unused_parameters = True`` is overridden by one leaf line in your config:
+    ``find_unused_parameters = 'auto'``.
 
     **What it tells you.** The decision, its reason and its evidence (which parameters, how
     often unused, on which ranks) are logged once at build and again whenever the situation
@@ -99,8 +117,12 @@ class GuardedDDP(MMDistributedDataParallel):
         if not isinstance(static_graph, bool):
             raise TypeError(f'GuardedDDP: static_graph must be True or False, not '
                             f'{static_graph!r}.')
-        requested, source = resolve_request(find_unused_parameters,
-                                            _top_level_config_value())
+        runner = _building_runner()
+        config_value = (runner.cfg['find_unused_parameters']
+                        if runner is not None and 'find_unused_parameters' in runner.cfg
+                        else not_given())
+        requested, source = resolve_request(find_unused_parameters, config_value,
+                                            built_by_runner=runner is not None)
         policy = DecisionPolicy(requested, source, static_graph)
         drop_device_ids_for_cpu_module(module, kwargs)
         super().__init__(
@@ -111,12 +133,16 @@ class GuardedDDP(MMDistributedDataParallel):
             **kwargs)
         self.policy = policy
         self.usage_record = ParamUsageRecord(module, self.process_group)
-        self._unused_flag = None
-        if policy.decision.mode == COMPLETE:
-            self._unused_flag = UnusedFlagState(self.process_group)
-            super().register_comm_hook(self._unused_flag, allreduce_with_unused_flag)
-        self._unused_everywhere_in_window = None
+        self.usage_record.add_listener(self._observe)
+        self._counts: Optional[UnusedCountsState] = None
+        # (this rank's unused ids, whether some were unreached) while the completion runs.
+        self._completing: Optional[Tuple[Tuple[int, ...], bool]] = None
+        if policy.decision.mode in (COMPLETE, STRICT):
+            self._counts = UnusedCountsState(self.process_group, self._local_payload)
+            super().register_comm_hook(self._counts, allreduce_with_unused_counts)
+            self.usage_record.resolved_by_counts = True
         self._static_graph_unused = None
+        self._iterations_ended = 0
         print_log(policy.decision.format(), logger='current')
 
     @property
@@ -124,11 +150,11 @@ class GuardedDDP(MMDistributedDataParallel):
         return self.policy.decision
 
     def register_comm_hook(self, state, hook):
-        if self._unused_flag is not None:
+        if self._counts is not None:
             raise RuntimeError(
-                "GuardedDDP: in mode 'complete' (find_unused_parameters='auto') the gradient "
-                'all-reduce already runs through GuardedDDP\'s comm hook, which carries the '
-                'unused-parameter flag. To use your own comm hook, build GuardedDDP with '
+                f'GuardedDDP: in mode {self.decision.mode!r} the gradient all-reduce already '
+                "runs through GuardedDDP's comm hook, which carries the unused-parameter "
+                'counts. To use your own comm hook, build GuardedDDP with '
                 'find_unused_parameters=True (DDP graph search) instead.')
         super().register_comm_hook(state, hook)
 
@@ -136,6 +162,8 @@ class GuardedDDP(MMDistributedDataParallel):
                    optim_wrapper: OptimWrapper) -> Dict[str, torch.Tensor]:
         """MMDistributedDataParallel's train step, settling unused parameters between the
         backward and the optimizer step."""
+        # The previous iteration's per-rank detail, unless a hook has read it already.
+        self.usage_record.resolve()
         self.usage_record.start_iteration()
         with optim_wrapper.optim_context(self):
             # False inside no_sync (gradient accumulation): this backward reduces nothing.
@@ -151,30 +179,62 @@ class GuardedDDP(MMDistributedDataParallel):
 
     def _settle_unused(self, reduces: bool) -> None:
         record = self.usage_record
-        mode = self.decision.mode
         local_unused = record.local_unused()
-        iteration = _current_iteration(record)
-        if mode == STRICT and reduces and local_unused:
-            raise unused_parameters_error(record.table, local_unused, iteration,
-                                          record.rank, self.decision.source)
-        if mode == STATIC_GRAPH and reduces:
+        self._iterations_ended += 1
+        iteration = self._current_iteration()
+        if self.decision.mode == STATIC_GRAPH and reduces:
             self._check_static_graph(local_unused, iteration)
-        no_rank_had_unused = False
-        if mode == COMPLETE and reduces:
-            if local_unused:
-                # Before any collective of ours: the ranks that used these parameters wait
-                # in DDP's all-reduce of the buckets this completes, and collectives must be
-                # issued in the same order on every rank.
-                self._unused_flag.local_has_unused = True
-                unreached = [record.table.params[i] for i in local_unused]
-                torch.autograd.backward(unreached, [torch.zeros_like(p) for p in unreached])
-            no_rank_had_unused = not self._unused_flag.any_rank_had_unused()
-        usage = record.close_iteration(iteration, local_unused, no_rank_had_unused)
+        if self._counts is None or not reduces:
+            # No counts in this backward: exchanged later (modes 'find_unused' and
+            # 'static_graph'), or carried by the window's last bucket (accumulation).
+            record.end_local_iteration(iteration, local_unused)
+            return
+        unreached = record.local_unreached() if local_unused else ()
+        if unreached:
+            self._completing = (local_unused, True)
+            params = [record.table.params[i] for i in unreached]
+            torch.autograd.backward(params, [torch.zeros_like(p) for p in params])
+            self._completing = None
+        counts = self._counts.take_counts()
+        unused_in_window = set(local_unused)
+        for _, ids in record.open_iterations:
+            unused_in_window.intersection_update(ids)
+        record.end_local_iteration(iteration, local_unused)
+        if self.decision.mode == COMPLETE and unused_in_window:
+            self._release_unused_everywhere(sorted(unused_in_window), counts)
+        record.expect_counts(counts)
+
+    def _local_payload(self, device, dtype) -> torch.Tensor:
+        """This rank's part of the counts on DDP's last bucket (see the comm hook)."""
+        record = self.usage_record
+        current, unreached = self._completing or (record.local_unused(), False)
+        steps = [ids for _, ids in record.open_iterations] + [current]
+        if not unreached and not any(steps):
+            return self._counts.zeros(len(steps) * len(record.table) + 1, device, dtype)
+        mask = record.local_mask(device, dtype, current)
+        return torch.cat([mask, mask.new_full((1, ), float(unreached))])
+
+    def _release_unused_everywhere(self, indices, counts: torch.Tensor) -> None:
+        """Sets grad None for this rank's unused parameters that no rank used in any
+        micro-step of the window, as DDP's graph search leaves them, so that the optimizer
+        skips them (no momentum, no weight decay). Reads only these parameters' counts: a
+        host sync on this slow path alone."""
+        params = self.usage_record.table.params
+        per_step = counts[:-1].view(-1, len(params))[:, indices]
+        everywhere = (per_step > self.usage_record.world_size - 0.5).all(dim=0).tolist()
+        for index, unused_everywhere in zip(indices, everywhere):
+            if unused_everywhere:
+                params[index].grad = None
+
+    def _observe(self, usage: IterationUsage, changed: bool) -> None:
+        """Every resolved iteration, in order: the strict stop, then the policy."""
+        record = self.usage_record
+        if self.decision.mode == STRICT and usage.ranks_left_unreached:
+            raise unused_parameters_error(record.table, dict(enumerate(usage.per_rank_unused)),
+                                          usage.iteration, self.decision.source)
         revised = self.policy.observe(usage, record.statistics, record.table)
         if revised is not None:
             print_log(revised.format(), logger='current')
-        if mode == COMPLETE:
-            self._release_unused_everywhere(usage, reduces)
 
     def _check_static_graph(self, local_unused, iteration: int) -> None:
         if self._static_graph_unused is None:
@@ -184,21 +244,11 @@ class GuardedDDP(MMDistributedDataParallel):
                                              self._static_graph_unused, local_unused,
                                              iteration, self.usage_record.rank)
 
-    def _release_unused_everywhere(self, usage: IterationUsage, reduces: bool) -> None:
-        """Sets grad None for parameters that no rank used, as DDP's graph search leaves
-        them, so that the optimizer skips them (no momentum, no weight decay)."""
-        window = self._unused_everywhere_in_window
-        unused_everywhere = (usage.unused_on_all_ranks if window is None else
-                             window & usage.unused_on_all_ranks)
-        if not reduces:
-            # Accumulating: a parameter counts as used if any micro-step of the window
-            # used it, as in DDP, whose bucket then carries its accumulated gradient.
-            self._unused_everywhere_in_window = unused_everywhere
-            return
-        self._unused_everywhere_in_window = None
-        params = self.usage_record.table.params
-        for index in unused_everywhere:
-            params[index].grad = None
+    def _current_iteration(self) -> int:
+        """``runner.iter`` as RuntimeInfoHook publishes it; a running count outside a
+        Runner."""
+        iteration = MessageHub.get_current_instance().get_info('iter')
+        return self._iterations_ended - 1 if iteration is None else iteration
 
 
 @contextlib.contextmanager
@@ -222,25 +272,18 @@ def _after_backward(optim_wrapper: OptimWrapper, callback):
         del optim_wrapper.backward
 
 
-def _current_iteration(record: ParamUsageRecord) -> int:
-    """``runner.iter`` as RuntimeInfoHook publishes it; a running count outside a Runner."""
-    iteration = MessageHub.get_current_instance().get_info('iter')
-    return record.statistics.iterations_seen if iteration is None else iteration
+def _building_runner():
+    """The MMEngine Runner that is building us, if any.
 
-
-def _top_level_config_value():
-    """The config's top-level ``find_unused_parameters``, if a Runner is building us.
-
-    ``Runner.wrap_model`` reads that key only when ``model_wrapper_cfg`` is None and passes
-    the wrapper nothing of the config, so the Runner is found on the call stack.
+    ``Runner.wrap_model`` reads the config's top-level ``find_unused_parameters`` only when
+    ``model_wrapper_cfg`` is None and passes the wrapper nothing of the config, so the
+    Runner is found on the call stack.
     """
-    from mmengine.runner import Runner
+    from mmengine.runner import FlexibleRunner, Runner
     frame = inspect.currentframe()
     while frame is not None:
-        runner = frame.f_locals.get('self')
-        if isinstance(runner, Runner):
-            if 'find_unused_parameters' in runner.cfg:
-                return runner.cfg['find_unused_parameters']
-            break
+        candidate = frame.f_locals.get('self')
+        if isinstance(candidate, (Runner, FlexibleRunner)):
+            return candidate
         frame = frame.f_back
-    return not_given()
+    return None

@@ -15,7 +15,7 @@ MMEngine's own iteration counter and log lines.
 """
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -47,11 +47,16 @@ class IterationUsage:
         local_unused (tuple[int]): Ids (see :class:`ParamTable`) unused on this rank.
         per_rank_unused (tuple[tuple[int]]): Unused ids of every rank, indexed by rank; a
             single process is one rank.
+        ranks_left_unreached (int): In the iteration whose backward reduced the gradients
+            under GuardedDDP, how many ranks left parameters unreached (their buckets had to
+            be completed); 0 otherwise. Undefined gradients do not count here: DDP's fast
+            path reduces them as zeros without failing.
     """
     iteration: int
     rank: int
     local_unused: Tuple[int, ...]
     per_rank_unused: Tuple[Tuple[int, ...], ...]
+    ranks_left_unreached: int = 0
 
     # Cached: the wrapper, the policy, the statistics and the hook all ask, every iteration.
     @cached_property
@@ -142,22 +147,42 @@ class UsageStatistics:
 class ParamUsageRecord:
     """Tracks, per iteration and per rank, which trainable parameters autograd reached.
 
-    One ``register_post_accumulate_grad_hook`` per parameter adds the parameter to a set
-    when autograd accumulates its gradient (the hook is ``set.add`` itself: no Python frame
-    per call). :meth:`close_iteration` turns the set into an :class:`IterationUsage` and, in
-    a distributed run, shares every rank's unused ids with one ``all_gather`` of a byte mask
-    (one small collective per iteration, never one per parameter).
+    **Locally.** One ``register_post_accumulate_grad_hook`` per parameter files the parameter
+    as *reached* when autograd accumulated a gradient into it, or as *undefined* when the
+    hook ran but left ``.grad`` None (a custom autograd Function that returns None for it:
+    DDP's graph search counts such a parameter as unused on that rank, and so do we). An
+    undefined gradient in a micro-step whose parameter already holds a gradient from an
+    earlier micro-step of the window leaves that gradient in place: it counts as used, as
+    for DDP, which reduces the window's gradient. Cost: one hook call per parameter per
+    backward; deciding that nothing is unused is a length check.
 
-    Cost: one C-level hook call per parameter per backward, one byte per parameter
-    gathered per iteration.
+    **Across ranks.** Iterations end locally (:meth:`end_local_iteration`) and wait as *open*
+    iterations until their per-rank detail is known, in one of two ways:
+
+    - Counts (GuardedDDP's modes 'complete' and 'strict'): DDP's last bucket all-reduce
+      carried, for every open iteration, how many ranks did not use each parameter; the
+      wrapper hands them over with :meth:`expect_counts` and :meth:`resolve` reads them
+      after the optimizer step. A parameter unused on no rank or on every rank needs no
+      rank identities; only when some parameter was unused on some ranks but not all does
+      one ``all_gather`` of a byte per parameter and open iteration follow, decided on every
+      rank from the same reduced counts. No collective of ours otherwise.
+    - Exchange (any other wrapper): :meth:`exchange` gathers the local masks of every open
+      iteration in one ``all_gather`` (``K x P`` bytes). The caller chooses when (the hook:
+      at log lines, checkpoints and the end), so the exchange costs one small collective per
+      batch of iterations instead of one per iteration; past ``max_open`` open iterations
+      the record exchanges on its own, so memory stays bounded.
+
+    Resolved iterations are delivered in order to the listeners (:meth:`add_listener`):
+    the wrapper's decision policy and :class:`UnusedParamsHook` both read the same record.
 
     Args:
         module (nn.Module): The unwrapped model.
         process_group (ProcessGroup, optional): The group to gather over; the default group
             when None. Ignored when torch.distributed is not initialised.
+        max_open (int): Open iterations kept before an exchange is forced. Defaults to 50.
     """
 
-    def __init__(self, module: nn.Module, process_group=None):
+    def __init__(self, module: nn.Module, process_group=None, max_open: int = 50):
         check_torch_version()
         self.table = ParamTable(module)
         self.statistics = UsageStatistics(len(self.table))
@@ -167,56 +192,165 @@ class ParamUsageRecord:
         distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank(process_group) if distributed else 0
         self.world_size = dist.get_world_size(process_group) if distributed else 1
+        self.max_open = max_open
+        #: Set by GuardedDDP when counts on DDP's last bucket resolve the open iterations.
+        self.resolved_by_counts = False
         self._reached: set = set()
-        self._handles = [p.register_post_accumulate_grad_hook(self._reached.add)
+        self._undefined: set = set()
+        self._open: List[Tuple[int, Tuple[int, ...]]] = []
+        self._counts: Optional[_CountsInFlight] = None
+        self._listeners: List[Callable[[IterationUsage, bool], None]] = []
+        self._handles = [p.register_post_accumulate_grad_hook(self._on_grad_accumulated)
                          for p in self.table.params]
+
+    def _on_grad_accumulated(self, param: torch.Tensor) -> None:
+        (self._reached if param.grad is not None else self._undefined).add(param)
 
     def start_iteration(self) -> None:
         self._reached.clear()
+        self._undefined.clear()
 
     def local_unused(self) -> Tuple[int, ...]:
-        """Ids not reached since :meth:`start_iteration` on this rank."""
+        """Ids without a gradient from this iteration's backward on this rank so far:
+        unreached, or reached with an undefined gradient."""
         reached = self._reached
+        if len(reached) == len(self.table):
+            return ()
         return tuple(i for i, p in enumerate(self.table.params) if p not in reached)
 
-    def close_iteration(self, iteration: int,
-                        local_unused: Optional[Tuple[int, ...]] = None,
-                        no_rank_had_unused: bool = False) -> IterationUsage:
-        """Ends the iteration; in a distributed run a collective (every rank must call it,
-        with the same ``no_rank_had_unused``) unless ``no_rank_had_unused``.
+    def local_unreached(self) -> Tuple[int, ...]:
+        """Ids that autograd did not reach at all on this rank (DDP's hooks did not fire:
+        their buckets wait)."""
+        reached, undefined = self._reached, self._undefined
+        if len(reached) == len(self.table):
+            return ()
+        return tuple(i for i, p in enumerate(self.table.params)
+                     if p not in reached and p not in undefined)
+
+    @property
+    def open_iterations(self) -> List[Tuple[int, Tuple[int, ...]]]:
+        """(iteration, local unused ids) of the iterations not yet resolved across ranks."""
+        return list(self._open)
+
+    def add_listener(self, listener: Callable[[IterationUsage, bool], None]) -> None:
+        """``listener(usage, changed)`` is called for every resolved iteration, in order."""
+        self._listeners.append(listener)
+
+    def end_local_iteration(self, iteration: int,
+                            local_unused: Optional[Tuple[int, ...]] = None,
+                            same_on_every_rank: bool = False) -> None:
+        """Ends the iteration on this rank; its per-rank detail follows later.
 
         Args:
             iteration (int): The runner iteration.
             local_unused (tuple[int], optional): This rank's unused ids, when the caller
                 took them with :meth:`local_unused` before running backwards of its own
                 (which would mark more parameters as reached).
-            no_rank_had_unused (bool): The caller already knows, from a collective of its
-                own, that no rank left a parameter unused: nothing to gather.
+            same_on_every_rank (bool): The caller knows that every rank left exactly these
+                unused (plain DDP's fast path, where any rank that did not has stopped):
+                resolved at once, with no exchange.
         """
         local = self.local_unused() if local_unused is None else local_unused
-        if self.world_size == 1:
-            per_rank = (local, )
-        elif no_rank_had_unused:
-            per_rank = ((), ) * self.world_size
-        else:
-            per_rank = self._gather(local)
-        self.last = IterationUsage(iteration, self.rank, local, per_rank)
-        self.last_changed = self.statistics.update(self.last)
-        return self.last
+        self._open.append((iteration, local))
+        if self.world_size == 1 or same_on_every_rank:
+            self._deliver([(local, ) * self.world_size])
+        elif not self.resolved_by_counts and len(self._open) >= self.max_open:
+            self.exchange()
 
-    def _gather(self, local: Sequence[int]) -> Tuple[Tuple[int, ...], ...]:
+    def expect_counts(self, counts: torch.Tensor) -> None:
+        """Hands over the reduced counts of all open iterations (a ``K x P + 1`` device
+        tensor: per open iteration and parameter, the number of ranks that did not use it;
+        last, the number of ranks that left parameters unreached). The copy to the host
+        starts now; nothing waits for it until :meth:`resolve`."""
+        self._counts = _CountsInFlight(counts)
+
+    @property
+    def counts_pending(self) -> bool:
+        return self._counts is not None
+
+    def resolve(self) -> None:
+        """Resolves the open iterations from the counts handed over, if any (waits for their
+        copy: a host sync, after the optimizer step; a collective only when ranks differ)."""
+        if self._counts is None:
+            return
+        values, self._counts = self._counts.values(), None
+        num_params, world = len(self.table), self.world_size
+        steps = len(self._open)
+        if len(values) != steps * num_params + 1:
+            raise RuntimeError(
+                f'ParamUsageRecord: counts for {(len(values) - 1) // max(num_params, 1)} '
+                f'iterations arrived but {steps} are open; every rank must end the same '
+                'iterations locally before the bucket that carries them is reduced.')
+        per_step = [values[k * num_params:(k + 1) * num_params] for k in range(steps)]
+        if any(0.5 < c < world - 0.5 for counts in per_step for c in counts):
+            per_rank = self._gather_open()
+        else:
+            per_rank = [(tuple(i for i, c in enumerate(counts) if c > 0.5), ) * world
+                        for counts in per_step]
+        self._deliver(per_rank, ranks_left_unreached=round(values[-1]))
+
+    def exchange(self) -> None:
+        """Resolves every open iteration with one ``all_gather`` (every rank must call it at
+        the same point); nothing when no iteration is open."""
+        if self._open and self.world_size > 1:
+            self._deliver(self._gather_open())
+
+    def local_mask(self, device, dtype,
+                   current: Optional[Tuple[int, ...]] = None) -> torch.Tensor:
+        """The open iterations' (then ``current``'s) local unused ids as a flat 0/1 tensor
+        on ``device``, one row of parameters per iteration."""
+        steps = [ids for _, ids in self._open] + ([] if current is None else [current])
+        mask = torch.zeros(len(steps) * len(self.table), dtype=dtype)
+        for k, ids in enumerate(steps):
+            mask[[k * len(self.table) + i for i in ids]] = 1
+        return mask.to(device)
+
+    def _gather_open(self) -> List[Tuple[Tuple[int, ...], ...]]:
         device = (torch.device('cuda', torch.cuda.current_device())
                   if dist.get_backend(self.process_group) == 'nccl' else torch.device('cpu'))
-        mask = torch.zeros(len(self.table), dtype=torch.uint8)
-        if local:
-            mask[list(local)] = 1
-        mask = mask.to(device)
+        mask = self.local_mask(device, torch.uint8)
         gathered = [torch.empty_like(mask) for _ in range(self.world_size)]
         dist.all_gather(gathered, mask, group=self.process_group)
-        return tuple(tuple(m.nonzero().flatten().tolist()) for m in gathered)
+        num_params = len(self.table)
+        per_rank = [m.view(-1, num_params).cpu() for m in gathered]
+        return [tuple(tuple(m[k].nonzero().flatten().tolist()) for m in per_rank)
+                for k in range(len(self._open))]
+
+    def _deliver(self, per_rank_of_open: List[Tuple[Tuple[int, ...], ...]],
+                 ranks_left_unreached: int = 0) -> None:
+        if len(per_rank_of_open) != len(self._open):
+            raise RuntimeError(f'ParamUsageRecord: {len(per_rank_of_open)} resolved iterations '
+                               f'for {len(self._open)} open ones.')
+        opened, self._open = self._open, []
+        for k, ((iteration, local), per_rank) in enumerate(zip(opened, per_rank_of_open)):
+            counted_step = k == len(opened) - 1
+            self.last = IterationUsage(iteration, self.rank, local, tuple(per_rank),
+                                       ranks_left_unreached if counted_step else 0)
+            self.last_changed = self.statistics.update(self.last)
+            for listener in self._listeners:
+                listener(self.last, self.last_changed)
 
     def remove(self) -> None:
         """Detaches the autograd hooks (the record keeps what it has seen)."""
         for handle in self._handles:
             handle.remove()
         self._handles = []
+
+
+class _CountsInFlight:
+    """Reduced counts on their way to the host: on CUDA a non-blocking copy into pinned
+    memory and an event, so that handing them over never waits for the GPU."""
+
+    def __init__(self, counts: torch.Tensor):
+        if counts.is_cuda:
+            self._host = torch.empty(counts.shape, dtype=torch.float32, pin_memory=True)
+            self._host.copy_(counts.float(), non_blocking=True)
+            self._ready = torch.cuda.Event()
+            self._ready.record()
+        else:
+            self._host, self._ready = counts, None
+
+    def values(self) -> List[float]:
+        if self._ready is not None:
+            self._ready.synchronize()
+        return self._host.float().tolist()

@@ -63,12 +63,15 @@ def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer:
         raise ValueError(wrapper)
     optim_wrapper = build_optim_wrapper(ddp, optimizer, accumulative_counts, amp)
     usage = []
+    if wrapper == 'guarded':
+        names = ddp.usage_record.table.names
+        ddp.usage_record.add_listener(lambda last, changed: usage.append(
+            [sorted(names[i] for i in ids) for ids in last.per_rank_unused]))
     for iteration in range(steps):
         ddp.train_step(make_toy_batch(iteration, rank), optim_wrapper)
-        if wrapper == 'guarded':
-            last = ddp.usage_record.last
-            usage.append([sorted(ddp.usage_record.table.names[i] for i in ids)
-                          for ids in last.per_rank_unused])
+    if wrapper == 'guarded':
+        ddp.usage_record.resolve()
+        ddp.usage_record.exchange()
     return dict(
         params={name: p.detach().cpu().clone() for name, p in model.named_parameters()},
         optimizer_state=optim_wrapper.optimizer.state_dict(),

@@ -19,6 +19,12 @@ CASES = {
     'accumulation_branch_unused_in_some_micro_steps':
         dict(pattern='rank_dependent', accumulative_counts=2, steps=8),
     'amp_optim_wrapper': dict(pattern='skip_odd', amp=True),
+    # A custom Function returns None for a weight: autograd reaches it, its gradient stays
+    # undefined. DDP's graph search treats it as unused; so must we (PyTorch's
+    # test_undefined_grad_parity_unused_parameters).
+    'undefined_gradient_on_every_rank': dict(pattern='undefined_grad'),
+    'undefined_gradient_on_one_rank_defined_on_the_other':
+        dict(pattern='undefined_grad_rank_dependent'),
 }
 
 
@@ -67,3 +73,16 @@ def test_globally_unused_parameter_is_skipped_by_the_optimizer():
     # Parameter order: stem.w, stem.b, branch.w, branch.b, dead.w, dead.b, ...
     assert 4 not in state and 5 not in state, 'dead layer got a momentum buffer'
     assert 0 in state
+
+
+@pytest.mark.timeout(300)
+def test_weight_whose_gradient_no_rank_defined_is_left_alone():
+    """The issue's reproduction: SGD(momentum=0.9, weight_decay) over 3 steps must leave a
+    weight whose gradient is undefined on every rank exactly where it was, without state."""
+    results = run_distributed(train_guarded_and_reference, pattern='undefined_grad',
+                              optimizer='sgd', steps=3)
+    for result in results:
+        for run in ('guarded', 'reference'):
+            assert torch.equal(result[run]['params']['gate'], torch.ones(16)), run
+        gate_index = list(result['guarded']['params']).index('gate')
+        assert gate_index not in result['guarded']['optimizer_state']['state']

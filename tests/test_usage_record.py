@@ -20,10 +20,25 @@ def test_zero_gradient_is_used_and_unreached_is_unused():
     record = ParamUsageRecord(model)
     record.start_iteration()
     (model['zeroed'](torch.ones(1, 2)) * 0).sum().backward()
-    usage = record.close_iteration(0)
+    record.end_local_iteration(0)
+    usage = record.last
     assert torch.equal(model['zeroed'].weight.grad, torch.zeros(1, 2))
     assert [record.table.names[i] for i in usage.local_unused] == ['skipped.weight',
                                                                     'skipped.bias']
+
+
+def test_undefined_gradient_is_unused_but_reached():
+    """A custom Function returning None for a weight: autograd runs the weight's hooks and
+    leaves its gradient undefined. Unused (as for DDP's graph search), yet not unreached
+    (DDP's hooks fired: completing it again would mark it ready twice)."""
+    model = ToyDetector('undefined_grad')
+    record = ParamUsageRecord(model)
+    record.start_iteration()
+    sum(model(**make_toy_batch(0, 0)).values()).backward()
+    assert model.gate.grad is None
+    names = record.table.names
+    assert sorted(names[i] for i in record.local_unused()) == model.expected_unused(0, 0)
+    assert sorted(names[i] for i in record.local_unreached()) == ['dead.bias', 'dead.weight']
 
 
 def test_frozen_parameters_are_not_tracked():
@@ -38,7 +53,8 @@ def test_single_process_record_matches_the_model_truth():
     for iteration in range(4):
         record.start_iteration()
         sum(model(**make_toy_batch(iteration, 0)).values()).backward()
-        usage = record.close_iteration(iteration)
+        record.end_local_iteration(iteration)
+        usage = record.last
         model.zero_grad(set_to_none=True)
         assert sorted(record.table.names[i] for i in usage.local_unused) == \
             model.expected_unused(iteration, 0)

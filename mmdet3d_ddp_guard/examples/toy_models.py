@@ -23,11 +23,31 @@ UNUSED_PATTERNS = {
                       'disagree in the same iteration (a class with no box on one GPU)',
     'output_not_in_loss': 'an auxiliary output computed every iteration but left out of '
                           'the loss',
+    'undefined_grad': 'a custom autograd Function that returns no gradient (None) for a '
+                      'gate weight on every rank (PyTorch\'s own DDP parity test case)',
+    'undefined_grad_rank_dependent': 'the same gate, its gradient defined on even ranks '
+                                     'and undefined on odd ranks',
 }
 
 BRANCH_PARAMS = ('branch.weight', 'branch.bias')
 DEAD_PARAMS = ('dead.weight', 'dead.bias')
 AUX_PARAMS = ('aux.weight', 'aux.bias')
+GATE_PARAMS = ('gate', )
+
+
+class _NoGradForWeight(torch.autograd.Function):
+    """``x * weight`` whose backward returns None for ``weight``: autograd reaches the
+    weight, runs its hooks, and leaves its gradient undefined."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(weight)
+        return x * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        weight, = ctx.saved_tensors
+        return grad * weight, None
 
 
 def _rank() -> int:
@@ -58,6 +78,8 @@ class ToyDetector(BaseModel):
         self.dead = nn.Linear(width, width)
         self.aux = nn.Linear(width, 4)
         self.box_head = nn.Linear(width, 1)
+        if pattern.startswith('undefined_grad'):
+            self.gate = nn.Parameter(torch.ones(width))
         self.forward_count = 0
 
     def expected_unused(self, iteration: int, rank: int) -> List[str]:
@@ -67,7 +89,13 @@ class ToyDetector(BaseModel):
             unused += BRANCH_PARAMS
         if self.pattern == 'output_not_in_loss':
             unused += AUX_PARAMS
+        if self._gate_grad_undefined(rank):
+            unused += GATE_PARAMS
         return sorted(unused) if self.pattern != 'none' else []
+
+    def _gate_grad_undefined(self, rank: int) -> bool:
+        return (self.pattern == 'undefined_grad'
+                or self.pattern == 'undefined_grad_rank_dependent' and rank % 2 == 1)
 
     def _branch_runs(self, iteration: int, rank: int) -> bool:
         if self.pattern == 'skip_odd':
@@ -94,6 +122,10 @@ class ToyDetector(BaseModel):
         if self.pattern == 'none':
             # Every parameter, the otherwise dead one included, reaches the loss.
             x = x + 0.1 * torch.tanh(self.dead(x))
+        if self._gate_grad_undefined(_rank()):
+            x = _NoGradForWeight.apply(x, self.gate)
+        elif self.pattern.startswith('undefined_grad'):
+            x = x * self.gate
         aux = self.aux(x)
         pred = self.box_head(x).squeeze(-1)
         if mode != 'loss':

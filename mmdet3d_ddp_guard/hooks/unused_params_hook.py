@@ -4,7 +4,7 @@ import os.path as osp
 from typing import Dict, List, Optional
 
 from mmengine.dist import master_only
-from mmengine.hooks import Hook
+from mmengine.hooks import CheckpointHook, Hook, LoggerHook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 from torch.nn.parallel import DistributedDataParallel
@@ -40,15 +40,21 @@ class UnusedParamsHook(Hook):
       run's summary covers the whole run.
 
     Under :class:`GuardedDDP` the hook reads the wrapper's own usage record (one set of
-    autograd hooks). Under any other wrapper, or none, it installs the record itself; in a
-    single process it then predicts whether multi-GPU training with plain DDP would fail.
+    autograd hooks), whose per-rank detail rides DDP's last gradient bucket: the hook adds no
+    collective and no measurable cost. Under any other wrapper it installs the record
+    itself, and the ranks exchange their per-iteration masks in one ``all_gather`` per batch
+    of iterations: at every log line of ``LoggerHook``, before every checkpoint, at the end
+    of each epoch and of training. Nothing is lost (every iteration of every rank is in the
+    files and the checkpointed counts); the log line's ``unused_params`` is exact for every
+    logged window, and the names are logged when the exchange brings them. In a single
+    process the record predicts whether multi-GPU training with plain DDP would fail.
     Under plain DDP with ``find_unused_parameters=False`` an unused parameter dooms the run
     (DDP fails at the next forward, or hangs the ranks that used it), and gathering across
     ranks would itself hang behind DDP's unfinished all-reduce: there the hook reports this
     rank's own usage and stops the run with :class:`UnusedParametersError` on the rank that
     left parameters unused, naming them.
-    Cost: a hook call per parameter per backward and, outside GuardedDDP, one all_gather of a
-    byte per parameter per iteration.
+    Cost: under GuardedDDP none of its own; otherwise a hook call per parameter per backward
+    and one ``all_gather`` of ``iterations x parameters`` bytes per log interval.
 
     Args:
         interval (int): Log the names every ``interval`` iterations while some are unused.
@@ -98,6 +104,8 @@ class UnusedParamsHook(Hook):
             self._ddp_fast_path = (isinstance(model, DistributedDataParallel)
                                    and not model.find_unused_parameters
                                    and not model.static_graph)
+        self._runner = runner
+        self.record.add_listener(self._on_usage)
         self.out_dir = self.out_dir or runner.work_dir
         self._prepare_out_dir(runner)
 
@@ -149,37 +157,57 @@ class UnusedParamsHook(Hook):
             self.record.start_iteration()
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        if not self._drives_record:
-            usage = self.record.last
-        elif self._ddp_fast_path:
+        if self._ddp_fast_path:
             local_unused = self.record.local_unused()
             if local_unused:
                 raise unused_parameters_error(
-                    self.record.table, local_unused, runner.iter, self.record.rank,
+                    self.record.table, {self.record.rank: local_unused}, runner.iter,
                     'the config: plain DDP (UnusedParamsHook cannot report across ranks '
                     'here)')
             # Every rank that gets here used everything; one that did not has raised.
-            usage = self.record.close_iteration(runner.iter, local_unused,
-                                                no_rank_had_unused=True)
-        else:
-            usage = self.record.close_iteration(runner.iter)
+            self.record.end_local_iteration(runner.iter, (), same_on_every_rank=True)
+        elif self._drives_record:
+            self.record.end_local_iteration(runner.iter)
+        self.record.resolve()
+        if self._exchange_due(runner, batch_idx):
+            self.record.exchange()
+
+    def _exchange_due(self, runner, batch_idx: int) -> bool:
+        """At LoggerHook's log lines, at CheckpointHook's iteration checkpoints (saved by rank
+        0 alone, so the exchange must come first, here), at the end of an epoch and of
+        training: the same iterations on every rank."""
+        if (self.end_of_epoch(runner.train_dataloader, batch_idx)
+                or self.is_last_train_iter(runner)):
+            return True
+        for hook in runner.hooks:
+            if isinstance(hook, LoggerHook) and (
+                    self.every_n_inner_iters(batch_idx, hook.interval)
+                    or self.every_n_train_iters(runner, hook.interval)):
+                return True
+            if (isinstance(hook, CheckpointHook) and not hook.by_epoch
+                    and self.every_n_train_iters(runner, hook.interval, hook.save_begin)):
+                return True
+        return False
+
+    def _on_usage(self, usage: IterationUsage, changed: bool) -> None:
+        """Every iteration once its per-rank detail is known (the record's listener)."""
+        runner = self._runner
         runner.message_hub.update_scalar('train/unused_params',
                                          len(usage.unused_on_any_rank))
-        if usage.unused_on_any_rank and (self.record.last_changed
+        if usage.unused_on_any_rank and (changed
                                          or self.record.statistics.iterations_with_unused == 1
-                                         or self.every_n_train_iters(runner, self.interval)):
-            runner.logger.info(self._describe(usage))
+                                         or (usage.iteration + 1) % self.interval == 0):
+            runner.logger.info(self._describe(usage, changed))
         self._append_line(runner, usage)
 
-    def _describe(self, usage: IterationUsage) -> str:
+    def _describe(self, usage: IterationUsage, changed: bool) -> str:
         table, limit = self.record.table, self.max_modules_in_log
         everywhere = usage.unused_on_all_ranks
         lines = [f'UnusedParamsHook: iteration {usage.iteration}: '
                  f'{len(usage.unused_on_any_rank)} parameters unused'
                  + ('' if len(usage.per_rank_unused) == 1 else
                     f' ({len(everywhere)} on every rank)')
-                 + (' (changed since the previous iteration)' if self.record.last_changed
-                    else '')]
+                 + (' (changed since the previous iteration)' if changed else '')]
         if everywhere:
             if len(usage.per_rank_unused) > 1:
                 lines.append('  on every rank:')
@@ -200,7 +228,12 @@ class UnusedParamsHook(Hook):
                                                      for ids in usage.per_rank_unused]))
                     + '\n')
 
+    def after_train_epoch(self, runner) -> None:
+        self.record.exchange()  # before an epoch checkpoint; a no-op when nothing is open
+
     def after_train(self, runner) -> None:
+        self.record.resolve()
+        self.record.exchange()
         self._write_summary(runner)
 
     @master_only

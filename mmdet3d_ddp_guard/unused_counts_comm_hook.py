@@ -1,0 +1,103 @@
+"""A DDP comm hook that tells every rank, for free, which parameters each rank left unused.
+
+GuardedDDP needs to know which parameters *no* rank used (their gradients go back to None,
+as under DDP's graph search), and its reports want to know which ranks left what unused.
+Asking with a collective of our own costs a synchronisation point every iteration. So the
+answer rides on a collective DDP issues anyway: the all-reduce of the last gradient bucket
+carries, after the gradients, one element per trainable parameter and open iteration (1
+where this rank did not use the parameter, so the sum is the number of ranks that did not)
+and one element that counts the ranks that left parameters unreached (their buckets had to
+be completed; strict mode stops every rank on it).
+
+DDP launches buckets strictly in order, so the last bucket is launched only once every
+parameter of this rank is ready: during the main backward when this rank reached every
+parameter, during GuardedDDP's completion backward otherwise. Either way the record knows
+this rank's unused parameters by then. When nothing is unused, the extra elements are a
+zero tensor kept on the device: no host-to-device copy, no host sync, no extra collective.
+
+Counting is exact while the bucket's dtype holds the world size as an integer (float32 up
+to 2**24 ranks; float16 up to 2048; bfloat16 up to 256). Past that, the counts travel in a
+separate float32 all-reduce issued beside the bucket's (one extra collective per
+iteration, only for such configurations).
+
+Buckets are averaged exactly as DDP's default ``allreduce_hook`` does (divide, then sum).
+"""
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+
+#: Largest integer every float dtype represents exactly along with all smaller ones.
+_EXACT_INTEGERS = {torch.float16: 2048, torch.bfloat16: 256}
+
+
+def counts_fit(dtype: torch.dtype, world_size: int) -> bool:
+    """Whether a bucket of ``dtype`` can carry counts up to ``world_size`` exactly."""
+    return world_size <= _EXACT_INTEGERS.get(dtype, 2**24)
+
+
+class UnusedCountsState:
+    """State shared between GuardedDDP and :func:`allreduce_with_unused_counts`.
+
+    Args:
+        process_group: The DDP process group (None: the default group).
+        local_payload (callable): ``local_payload(device, dtype)`` returns this rank's
+            flat 0/1 tensor: unused per open iteration and parameter, then the unreached
+            flag (a cached :meth:`zeros` tensor when nothing is unused).
+
+    Attributes:
+        counts (Tensor, optional): The all-reduced payload of the last counted backward.
+    """
+
+    def __init__(self, process_group, local_payload: Callable):
+        self.process_group = process_group
+        self.local_payload = local_payload
+        self.counts: Optional[torch.Tensor] = None
+        self._zeros: Dict[Tuple, torch.Tensor] = {}
+
+    def zeros(self, length: int, device, dtype) -> torch.Tensor:
+        key = (length, device, dtype)
+        if key not in self._zeros:
+            self._zeros[key] = torch.zeros(length, device=device, dtype=dtype)
+        return self._zeros[key]
+
+    def take_counts(self) -> torch.Tensor:
+        """The counts of the backward that just ended (on the device; nothing waits)."""
+        if self.counts is None:
+            raise RuntimeError('GuardedDDP: the last gradient bucket was not reduced in this '
+                               'backward; another comm hook may have replaced GuardedDDP\'s.')
+        counts, self.counts = self.counts, None
+        return counts
+
+
+def allreduce_with_unused_counts(
+        state: UnusedCountsState,
+        bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    group = state.process_group if state.process_group is not None else dist.group.WORLD
+    world_size = group.size()
+    buffer = bucket.buffer()
+    if not bucket.is_last():
+        buffer.div_(world_size)
+        return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(
+            lambda fut: fut.value()[0])
+    dtype = buffer.dtype if counts_fit(buffer.dtype, world_size) else torch.float32
+    payload = state.local_payload(buffer.device, dtype)
+    if dtype != buffer.dtype:
+        reduced_buffer = dist.all_reduce(buffer.div_(world_size), group=group,
+                                         async_op=True).get_future()
+        reduced_counts = dist.all_reduce(payload.clone(), group=group,
+                                         async_op=True).get_future()
+
+        def keep_counts(fut):
+            state.counts = fut.value()[1].value()[0]
+            return fut.value()[0].value()[0]
+
+        return torch.futures.collect_all([reduced_buffer, reduced_counts]).then(keep_counts)
+    combined = torch.cat([buffer.div(world_size), payload])
+
+    def split(fut):
+        reduced = fut.value()[0]
+        state.counts = reduced[buffer.numel():]
+        return reduced[:buffer.numel()]
+
+    return dist.all_reduce(combined, group=group, async_op=True).get_future().then(split)
