@@ -252,7 +252,7 @@ class ParamUsageRecord:
         """
         local = self.local_unused() if local_unused is None else local_unused
         self._open.append((iteration, local))
-        if self.world_size == 1 or same_on_every_rank:
+        if same_on_every_rank or (self.world_size == 1 and not self.resolved_by_counts):
             self._deliver([(local, ) * self.world_size])
         elif not self.resolved_by_counts and len(self._open) >= self.max_open:
             self.exchange()

@@ -1,12 +1,13 @@
 """Training scenarios run inside the spawned ranks of the multi-process tests."""
 import contextlib
-from typing import Dict
+from typing import Dict, List
 
 import torch
+import torch.distributed as dist
 from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 
-from mmdet3d_ddp_guard import GuardedDDP
+from mmdet3d_ddp_guard import GuardedDDP, UnusedParametersError
 from mmdet3d_ddp_guard.examples import ToyDetector, make_toy_batch
 
 
@@ -142,3 +143,34 @@ def train_toy_runner(rank: int, world_size: int, work_dir: str, pattern: str,
         post_accumulate_hooks=[len(p._post_accumulate_grad_hooks or {})
                                for p in model.parameters()],
         scalar=runner.message_hub.get_scalar('train/unused_params').data[0].tolist())
+
+
+def collectives_beyond_ddp_buckets(rank: int, world_size: int, pattern: str,
+                                   steps: int = 6) -> List[int]:
+    """Per iteration (after DDP's bucket rebuild in iterations 0 and 1), how many
+    collectives GuardedDDP('auto') issued on the process group beyond DDP's own bucket
+    all-reduces, read from the group's own sequence number (gloo counts every collective).
+    """
+    torch.manual_seed(0)
+    ddp = GuardedDDP(ToyDetector(pattern, depth=3), bucket_cap_mb=1e-4)
+    optim_wrapper = build_optim_wrapper(ddp, 'sgd')
+    group = dist.group.WORLD
+    extra = []
+    for iteration in range(steps):
+        before = group._get_sequence_number_for_group()
+        ddp.train_step(make_toy_batch(iteration, rank), optim_wrapper)
+        if iteration >= 2:
+            buckets = len(ddp._get_ddp_logging_data()['rebuilt_bucket_sizes'].split(','))
+            extra.append(group._get_sequence_number_for_group() - before - buckets)
+    return extra
+
+
+def strict_stop_message(rank: int, world_size: int, pattern: str) -> str:
+    """Trains under GuardedDDP(find_unused_parameters=False) until it stops; returns the
+    error this rank stopped with."""
+    try:
+        train_toy(rank, world_size, 'guarded', pattern, 'sgd', steps=3,
+                  wrapper_kwargs=dict(find_unused_parameters=False))
+    except UnusedParametersError as error:
+        return f'{type(error).__name__}: {error}'
+    return 'trained without stopping'

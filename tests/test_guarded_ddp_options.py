@@ -6,7 +6,7 @@ from mmdet3d_ddp_guard import GuardedDDP
 from mmdet3d_ddp_guard.decision_policy import not_given, resolve_request
 from mmdet3d_ddp_guard.examples import ToyDetector
 from tests.dist_utils import DistributedRunError, run_distributed
-from tests.scenarios import train_toy
+from tests.scenarios import strict_stop_message, train_toy
 
 
 @pytest.mark.timeout(120)
@@ -25,10 +25,26 @@ def test_forced_false_stops_with_a_clear_error_naming_the_parameters():
     assert 'UnusedParametersError' in text
     assert 'RuntimeError: Expected to have finished reduction' not in text
     # The dead layer is unused from the first iteration on.
-    assert 'in iteration 0 on rank' in text
+    assert 'in iteration 0 on rank(s) 0, 1' in text
     for expected in ('dead.weight', '(16, 16)', 'dead.bias', '(16,)', 'Linear',
                      "find_unused_parameters='auto'"):
         assert expected in text
+
+
+@pytest.mark.timeout(120)
+def test_forced_false_stops_every_rank_with_the_same_named_error():
+    """Ranks disagree: rank 1 skips the branch in iteration 0, rank 0 runs it. Every rank,
+    not just the one that skipped, stops by name (no raw gloo "Connection reset by peer",
+    no wait until the collective timeout), and the error says which rank left what."""
+    messages = run_distributed(strict_stop_message, 'rank_dependent', timeout=100)
+    assert messages[0] == messages[1]
+    text = messages[0]
+    assert text.startswith('UnusedParametersError'), text
+    assert 'in iteration 0 on rank(s) 0, 1' in text
+    rank_0, rank_1 = text.split('rank 1: ')
+    assert 'dead.weight' in rank_0 and 'branch.weight' not in rank_0.split('rank 0: ')[1]
+    assert 'branch.weight' in rank_1 and 'dead.weight' in rank_1
+    assert 'GuardedDDP(find_unused_parameters=False) in Python' in text
 
 
 @pytest.mark.timeout(120)
