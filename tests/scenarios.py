@@ -89,7 +89,8 @@ def train_guarded_and_reference(rank: int, world_size: int, **case) -> Dict:
 
 
 def toy_runner_cfg(work_dir: str, pattern: str, wrapper: Dict = None, max_iters: int = 6,
-                   distributed: bool = True, checkpoint_interval: int = 1000, **extra) -> Dict:
+                   distributed: bool = True, checkpoint_interval: int = 1000,
+                   log_interval: int = 1, hook: bool = True, **extra) -> Dict:
     """A complete Runner config for ToyDetector with UnusedParamsHook."""
     cfg = dict(
         model=dict(type='ToyDetector', pattern=pattern),
@@ -100,12 +101,12 @@ def toy_runner_cfg(work_dir: str, pattern: str, wrapper: Dict = None, max_iters:
             collate_fn=dict(type='default_collate'), dataset=dict(type='ToyDataset')),
         train_cfg=dict(type='IterBasedTrainLoop', max_iters=max_iters),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.05, momentum=0.9)),
-        custom_hooks=[dict(type='UnusedParamsHook', interval=2)],
+        custom_hooks=[dict(type='UnusedParamsHook', interval=2)] if hook else [],
         default_hooks=dict(
-            logger=dict(type='LoggerHook', interval=1),
+            logger=dict(type='LoggerHook', interval=log_interval),
             checkpoint=dict(type='CheckpointHook', interval=checkpoint_interval,
                             by_epoch=False)),
-        log_processor=dict(by_epoch=False, window_size=1),
+        log_processor=dict(by_epoch=False, window_size=log_interval),
         launcher='pytorch' if distributed else 'none',
         env_cfg=dict(dist_cfg=dict(backend='gloo')),
         default_scope='mmengine')
@@ -174,3 +175,15 @@ def strict_stop_message(rank: int, world_size: int, pattern: str) -> str:
     except UnusedParametersError as error:
         return f'{type(error).__name__}: {error}'
     return 'trained without stopping'
+
+
+def collectives_during_training(rank: int, world_size: int, work_dir: str, pattern: str,
+                                wrapper: Dict, **cfg_extra) -> int:
+    """How many collectives a real Runner's ``train()`` issued on the default group."""
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+    runner = Runner.from_cfg(Config(toy_runner_cfg(work_dir, pattern, wrapper, **cfg_extra)))
+    group = dist.group.WORLD
+    before = group._get_sequence_number_for_group()
+    runner.train()
+    return group._get_sequence_number_for_group() - before

@@ -5,7 +5,7 @@ import os.path as osp
 import pytest
 
 from tests.dist_utils import DistributedRunError, run_distributed
-from tests.scenarios import train_toy_runner
+from tests.scenarios import collectives_during_training, train_toy_runner
 
 PATTERNS = ['dead_layer', 'skip_odd', 'rank_dependent', 'output_not_in_loss']
 WRAPPERS = {
@@ -40,6 +40,27 @@ def test_two_ranks_report_exactly_the_truth(tmp_path, wrapper, pattern):
     # The log line's unused_params of every iteration: unused on at least one rank.
     assert result['scalar'] == [len(set().union(*map(set, line['unused_per_rank'])))
                                 for line in result['lines']]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize('wrapper', sorted(WRAPPERS))
+def test_per_rank_detail_costs_one_exchange_per_log_line_or_none(tmp_path, wrapper):
+    """Under DDP's graph search the ranks exchange their masks once per LoggerHook line (here
+    every 3 iterations), not once per iteration, and the record is still exact; under
+    GuardedDDP the detail rides DDP's buckets and the hook adds no collective."""
+    work_dir = str(tmp_path / 'with_hook')
+    results = run_distributed(train_toy_runner, work_dir, 'rank_dependent',
+                              WRAPPERS[wrapper], log_interval=3)
+    _assert_matches_truth(results[0])
+    assert results[0]['scalar'] == [len(set().union(*map(set, line['unused_per_rank'])))
+                                    for line in results[0]['lines']]
+    # The same dead layer on every rank: GuardedDDP needs no rank identities at all.
+    counts = {hook: run_distributed(collectives_during_training, str(tmp_path / str(hook)),
+                                    'dead_layer', WRAPPERS[wrapper], log_interval=3,
+                                    hook=hook)[0]
+              for hook in (True, False)}
+    exchanges = 2 if wrapper == 'mmddp_find_unused' else 0
+    assert counts[True] - counts[False] == exchanges, counts
 
 
 def test_single_process_predicts_the_multi_gpu_failure(tmp_path):
