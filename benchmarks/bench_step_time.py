@@ -7,11 +7,17 @@ Run under torchrun (2 gloo ranks on the CPU by default):
 Every wrapper trains its own copy of the same model (same seed) with the real
 ``train_step`` and an SGD ``OptimWrapper``; the wrappers take turns (interleaved
 repetitions), and each figure is the median over repetitions of the mean step time of a
-block of steps. Ratios are printed against the baseline of each comparison:
+block of steps. Every row is printed against both baselines: plain DDP
+(``find_unused_parameters=False``, which only the models without unused parameters can
+train) and DDP's graph search (``find_unused_parameters=True``). The models:
 
-- a model without unused parameters: GuardedDDP('auto') over DDP find_unused_parameters=False
-- a model whose last task head is skipped on alternating iterations, differently per rank:
-  GuardedDDP('auto') over DDP find_unused_parameters=True (plain DDP cannot train it)
+- BEVConvNet, a conv net shaped like CenterPoint's (228 parameter tensors): without unused
+  parameters, and with its last task head skipped on alternating iterations, differently
+  per rank;
+- a parameter-count sweep (``--chain-depths``): ToyDetector with a chain of Linear blocks
+  (2 tensors each; small layers, so that per-parameter overhead shows), without unused
+  parameters (pattern 'none') and with a branch whose use differs between ranks in every
+  iteration plus a dead layer (pattern 'rank_dependent').
 
 Peak memory: CUDA's max_memory_allocated per block; on the CPU the process's peak RSS
 (VmHWM, reset before each block through /proc/self/clear_refs).
@@ -28,29 +34,50 @@ from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import OptimWrapper
 
 from mmdet3d_ddp_guard import GuardedDDP
+from mmdet3d_ddp_guard.examples import ToyDetector, make_toy_batch
 from mmdet3d_ddp_guard.examples.bev_net import BEVConvNet, make_bev_batch
 
-COMPARISONS = {
-    'no_unused': dict(skip_task='never',
-                      wrappers=['ddp_find_unused_false', 'guarded_auto', 'ddp_find_unused_true']),
-    'changing_unused': dict(skip_task='rank',
-                            wrappers=['ddp_find_unused_true', 'guarded_auto']),
-}
+PLAIN, SEARCH, GUARDED = 'ddp_find_unused_false', 'ddp_find_unused_true', 'guarded_auto'
 
 
-def build(wrapper: str, skip_task: str, args, device):
+def comparisons(args):
+    """name -> (model factory, wrappers); plain DDP only where it can train the model."""
+    bev = dict(in_channels=args.in_channels, width=args.width,
+               layers_per_stage=args.layers_per_stage)
+    found = {
+        'bev_no_unused': (lambda: BEVConvNet(skip_task='never', **bev),
+                          [PLAIN, GUARDED, SEARCH]),
+        'bev_rank_divergent': (lambda: BEVConvNet(skip_task='rank', **bev), [SEARCH, GUARDED]),
+    }
+    for depth in args.chain_depths:
+        found[f'chain{depth}_no_unused'] = (
+            lambda depth=depth: ToyDetector('none', width=args.chain_width, depth=depth),
+            [PLAIN, GUARDED, SEARCH])
+        found[f'chain{depth}_rank_divergent'] = (
+            lambda depth=depth: ToyDetector('rank_dependent', width=args.chain_width,
+                                            depth=depth),
+            [SEARCH, GUARDED])
+    return found
+
+
+def build(wrapper: str, make_model, device):
     torch.manual_seed(0)
-    model = BEVConvNet(args.in_channels, args.width, args.layers_per_stage,
-                       skip_task=skip_task).to(device)
+    model = make_model().to(device)
     device_ids = [device.index] if device.type == 'cuda' else None
-    if wrapper == 'guarded_auto':
+    if wrapper == GUARDED:
         ddp = GuardedDDP(model, device_ids=device_ids)
     else:
-        ddp = MMDistributedDataParallel(
-            model, device_ids=device_ids,
-            find_unused_parameters=wrapper == 'ddp_find_unused_true')
+        ddp = MMDistributedDataParallel(model, device_ids=device_ids,
+                                        find_unused_parameters=wrapper == SEARCH)
     optim = OptimWrapper(torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9))
     return ddp, optim
+
+
+def make_batch(name: str, args, device, rank: int):
+    if name.startswith('bev'):
+        return make_bev_batch(args.batch_size, args.in_channels, args.size, device, seed=rank)
+    return {key: value.to(device)
+            for key, value in make_toy_batch(0, rank, batch_size=args.batch_size).items()}
 
 
 def reset_peak(device):
@@ -96,6 +123,10 @@ def main():
     parser.add_argument('--width', type=int, default=16)
     parser.add_argument('--layers-per-stage', type=int, default=3)
     parser.add_argument('--size', type=int, default=64, help='BEV grid side')
+    parser.add_argument('--chain-depths', type=int, nargs='*', default=[100, 500, 1500, 3000],
+                        help='Linear blocks of the sweep models (2 tensors each); none: '
+                        'BEVConvNet only')
+    parser.add_argument('--chain-width', type=int, default=16)
     parser.add_argument('--amp', action='store_true', help='bf16 autocast (CUDA only)')
     parser.add_argument('--out', default=None, help='write the figures as JSON here')
     args = parser.parse_args()
@@ -111,11 +142,10 @@ def main():
         device = torch.device('cuda', index)
     if device.type == 'cuda':
         torch.cuda.set_device(device)
-    batch = make_bev_batch(args.batch_size, args.in_channels, args.size, device, seed=rank)
     results = {}
-    for name, comparison in COMPARISONS.items():
-        runs = {w: build(w, comparison['skip_task'], args, device)
-                for w in comparison['wrappers']}
+    for name, (make_model, wrappers) in comparisons(args).items():
+        batch = make_batch(name, args, device, rank)
+        runs = {w: build(w, make_model, device) for w in wrappers}
         times = {w: [] for w in runs}
         peaks = {w: [] for w in runs}
         with torch.autocast('cuda', torch.bfloat16, enabled=args.amp):
@@ -126,34 +156,33 @@ def main():
                     reset_peak(device)
                     times[wrapper].append(time_block(ddp, optim, batch, args.steps, device))
                     peaks[wrapper].append(peak_mib(device))
-        base = comparison['wrappers'][0]
-        results[name] = {
-            w: dict(step_ms=1000 * statistics.median(times[w]),
-                    peak_mib=statistics.median(peaks[w]))
-            for w in runs
-        }
-        for w in runs:
-            results[name][w]['time_ratio'] = (results[name][w]['step_ms']
-                                              / results[name][base]['step_ms'])
-            results[name][w]['memory_ratio'] = (results[name][w]['peak_mib']
-                                                / results[name][base]['peak_mib'])
+        tensors = sum(1 for p in runs[wrappers[0]][0].parameters() if p.requires_grad)
+        rows = {w: dict(step_ms=1000 * statistics.median(times[w]),
+                        peak_mib=statistics.median(peaks[w]), tensors=tensors) for w in runs}
+        for w, row in rows.items():
+            for base in (PLAIN, SEARCH):
+                if base in rows:
+                    row[f'time_vs_{base}'] = row['step_ms'] / rows[base]['step_ms']
+                    row[f'memory_vs_{base}'] = row['peak_mib'] / rows[base]['peak_mib']
+        results[name] = rows
         del runs
     if rank == 0:
-        world = dist.get_world_size()
-        print(f'\n{world} ranks, {dist.get_backend()}, {device.type}'
+        print(f'\n{dist.get_world_size()} ranks, {dist.get_backend()}, {device.type}'
               + (f' ({torch.cuda.get_device_name(device)})' if device.type == 'cuda' else '')
               + f', torch {torch.__version__}; median of {args.repetitions} interleaved '
-              f'repetitions of {args.steps} steps; BEVConvNet '
-              f'{sum(1 for _ in BEVConvNet(args.in_channels, args.width, args.layers_per_stage).parameters())} '
-              f'parameter tensors, batch {args.batch_size}x{args.in_channels}x{args.size}'
-              f'x{args.size}' + (', bf16 autocast' if args.amp else ''))
-        print(f'{"model":<16} {"wrapper":<24} {"step ms":>9} {"vs base":>8} '
-              f'{"peak MiB":>9} {"vs base":>8}')
+              f'repetitions of {args.steps} steps; BEV batch {args.batch_size}x'
+              f'{args.in_channels}x{args.size}x{args.size}, chain width {args.chain_width}'
+              + (', bf16 autocast' if args.amp else ''))
+        print(f'{"model":<26} {"tensors":>7} {"wrapper":<22} {"step ms":>9} {"vs plain":>8} '
+              f'{"vs search":>9} {"peak MiB":>9} {"mem vs":>7}')
         for name, rows in results.items():
             for wrapper, row in rows.items():
-                print(f'{name:<16} {wrapper:<24} {row["step_ms"]:9.2f} '
-                      f'{row["time_ratio"]:8.3f} {row["peak_mib"]:9.1f} '
-                      f'{row["memory_ratio"]:8.3f}')
+                base = PLAIN if PLAIN in rows else SEARCH
+                plain = row.get(f'time_vs_{PLAIN}')
+                print(f'{name:<26} {row["tensors"]:7d} {wrapper:<22} {row["step_ms"]:9.2f} '
+                      f'{"-" if plain is None else f"{plain:.3f}":>8} '
+                      f'{row[f"time_vs_{SEARCH}"]:9.3f} {row["peak_mib"]:9.1f} '
+                      f'{row[f"memory_vs_{base}"]:7.3f}')
         if args.out:
             with open(args.out, 'w') as f:
                 json.dump(dict(args=vars(args), results=results), f, indent=2)
