@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The CUDA checks (issue 2, item 11), run once on a lent GPU machine through the `device`
+# The CUDA checks, run once on a lent GPU machine through the `device`
 # tool, which has torch but no OpenMMLab packages: the pure-Python wheels travel in .whl/
 # (see README, "GPU checks"). Writes its figures under $OUT.
+#   0. the fast path's sync check (tests/test_cuda_fast_path.py);
 #   1. the training-equivalence tests (every unused-parameter case, SGD and AdamW, AMP with
 #      a real CUDA GradScaler) with 2 gloo ranks sharing the GPU, then NCCL at world size 1;
 #   2. the step-time benchmark on a CenterPoint-sized BEV conv net, bf16 autocast, NCCL at
@@ -16,16 +17,20 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT
 python3 -c "import torch, mmengine; print('torch', torch.__version__, 'mmengine', mmengine.__version__)" \
   | tee -a "$OUT/gpu.txt"
 
+# The fast path waits for nothing: no host sync between backward and step under
+# torch.cuda.set_sync_debug_mode('error') (NCCL, world size 1).
+python3 -m pytest -q -p no:cacheprovider tests/test_cuda_fast_path.py 2>&1 | tail -4 \
+  | tee "$OUT/tests_cuda_fast_path.txt"
 TESTS="python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_guarded_ddp_training.py"
 $TESTS 2>&1 | tail -8 | tee "$OUT/tests_gloo_2ranks.txt"
 DDP_GUARD_TEST_BACKEND=nccl DDP_GUARD_TEST_WORLD_SIZE=1 $TESTS 2>&1 | tail -8 \
   | tee "$OUT/tests_nccl_1rank.txt"
 
 BENCH="benchmarks/bench_step_time.py --device cuda --in-channels 64 --width 64 --size 512
-  --batch-size 4 --amp --repetitions 5 --steps 20"
+  --batch-size 4 --amp --repetitions 5 --steps 20 --chain-depths 100 1500"
 python3 -m torch.distributed.run --nproc_per_node 1 $BENCH --backend nccl \
   --out "$OUT/bench_nccl_1rank.json" 2>&1 | grep -v "GuardedDDP decision\|^  " \
-  | tail -9 | tee "$OUT/bench_nccl_1rank.txt"
+  | tail -16 | tee "$OUT/bench_nccl_1rank.txt"
 python3 -m torch.distributed.run --nproc_per_node 2 $BENCH --backend gloo \
   --out "$OUT/bench_gloo_2ranks.json" 2>&1 | grep -v "GuardedDDP decision\|^  " \
-  | tail -9 | tee "$OUT/bench_gloo_2ranks.txt"
+  | tail -16 | tee "$OUT/bench_gloo_2ranks.txt"

@@ -187,3 +187,29 @@ def collectives_during_training(rank: int, world_size: int, work_dir: str, patte
     before = group._get_sequence_number_for_group()
     runner.train()
     return group._get_sequence_number_for_group() - before
+
+
+def settle_without_host_sync(rank: int, world_size: int, pattern: str, steps: int = 4) -> int:
+    """Trains GuardedDDP('auto') on CUDA with the window between each backward and its
+    optimizer step (GuardedDDP's settling) under ``torch.cuda.set_sync_debug_mode('error')``:
+    any host-device synchronisation there raises. Returns the steps taken."""
+    from mmengine.optim import OptimWrapper as _OptimWrapper
+
+    class SyncCheckingOptimWrapper(_OptimWrapper):
+
+        def backward(self, loss, **kwargs):
+            super().backward(loss, **kwargs)
+            torch.cuda.set_sync_debug_mode('error')
+
+        def step(self, **kwargs):
+            torch.cuda.set_sync_debug_mode(0)
+            super().step(**kwargs)
+
+    torch.manual_seed(0)
+    device = torch.device('cuda', torch.cuda.current_device())
+    ddp = GuardedDDP(ToyDetector(pattern, depth=3).to(device), device_ids=[device.index])
+    optim_wrapper = SyncCheckingOptimWrapper(torch.optim.SGD(ddp.parameters(), lr=0.05))
+    for iteration in range(steps):
+        batch = {k: v.to(device) for k, v in make_toy_batch(iteration, rank).items()}
+        ddp.train_step(batch, optim_wrapper)
+    return steps
