@@ -47,12 +47,12 @@ def build_optim_wrapper(model, optimizer: str, accumulative_counts: int = 1,
 
 def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer: str,
               steps: int = 6, accumulative_counts: int = 1, amp: bool = False,
-              wrapper_kwargs: Dict = None) -> Dict:
+              wrapper_kwargs: Dict = None, dtype: torch.dtype = torch.float32) -> Dict:
     """Trains a ToyDetector and returns its parameters, optimizer state and, for GuardedDDP,
     the per-iteration usage it recorded."""
     torch.manual_seed(0)
     device = torch.device('cuda', 0) if torch.cuda.is_available() else torch.device('cpu')
-    model = ToyDetector(pattern).to(device)
+    model = ToyDetector(pattern).to(device, dtype)
     kwargs = dict(wrapper_kwargs or {})
     if wrapper == 'guarded':
         ddp = GuardedDDP(model, **kwargs)
@@ -69,7 +69,8 @@ def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer:
         ddp.usage_record.add_listener(lambda last, changed: usage.append(
             [sorted(names[i] for i in ids) for ids in last.per_rank_unused]))
     for iteration in range(steps):
-        ddp.train_step(make_toy_batch(iteration, rank), optim_wrapper)
+        batch = {k: v.to(dtype) for k, v in make_toy_batch(iteration, rank).items()}
+        ddp.train_step(batch, optim_wrapper)
     if wrapper == 'guarded':
         ddp.usage_record.resolve()
         ddp.usage_record.exchange()
@@ -82,8 +83,16 @@ def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer:
                   for i in range(steps)])
 
 
-def train_guarded_and_reference(rank: int, world_size: int, **case) -> Dict:
-    """The same case under GuardedDDP('auto') and under DDP find_unused_parameters=True."""
+def train_guarded_and_reference(rank: int, world_size: int, separate_counts: bool = False,
+                                **case) -> Dict:
+    """The same case under GuardedDDP('auto') and under DDP find_unused_parameters=True.
+
+    ``separate_counts``: make the bucket dtype count no rank exactly, so that the counts take
+    the path of more ranks than the dtype can count (their own float32 all-reduce).
+    """
+    if separate_counts:
+        from mmdet3d_ddp_guard import unused_counts_comm_hook
+        unused_counts_comm_hook._EXACT_INTEGERS[case.get('dtype', torch.float32)] = 0
     return dict(guarded=train_toy(rank, world_size, 'guarded', **case),
                 reference=train_toy(rank, world_size, 'ddp_find_unused', **case))
 

@@ -25,6 +25,11 @@ CASES = {
     'undefined_gradient_on_every_rank': dict(pattern='undefined_grad'),
     'undefined_gradient_on_one_rank_defined_on_the_other':
         dict(pattern='undefined_grad_rank_dependent'),
+    # bfloat16 buckets carry the counts exactly up to 256 ranks; past that (forced here)
+    # they travel in a float32 all-reduce of their own.
+    'bfloat16_parameters': dict(pattern='rank_dependent', dtype=torch.bfloat16),
+    'counts_beyond_what_the_bucket_dtype_holds':
+        dict(pattern='rank_dependent', dtype=torch.bfloat16, separate_counts=True),
 }
 
 
