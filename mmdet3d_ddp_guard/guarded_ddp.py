@@ -193,8 +193,10 @@ class GuardedDDP(MMDistributedDataParallel):
         if unreached:
             self._completing = (local_unused, True)
             params = [record.table.params[i] for i in unreached]
-            torch.autograd.backward(params, [torch.zeros_like(p) for p in params])
-            self._completing = None
+            try:
+                torch.autograd.backward(params, [torch.zeros_like(p) for p in params])
+            finally:
+                self._completing = None
         counts = self._counts.take_counts()
         unused_in_window = set(local_unused)
         for _, ids in record.open_iterations:

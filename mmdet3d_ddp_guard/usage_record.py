@@ -187,7 +187,6 @@ class ParamUsageRecord:
         self.table = ParamTable(module)
         self.statistics = UsageStatistics(len(self.table))
         self.last: Optional[IterationUsage] = None
-        self.last_changed = False
         self.process_group = process_group
         distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank(process_group) if distributed else 0
@@ -264,10 +263,6 @@ class ParamUsageRecord:
         starts now; nothing waits for it until :meth:`resolve`."""
         self._counts = _CountsInFlight(counts)
 
-    @property
-    def counts_pending(self) -> bool:
-        return self._counts is not None
-
     def resolve(self) -> None:
         """Resolves the open iterations from the counts handed over, if any (waits for their
         copy: a host sync, after the optimizer step; a collective only when ranks differ)."""
@@ -291,8 +286,9 @@ class ParamUsageRecord:
 
     def exchange(self) -> None:
         """Resolves every open iteration with one ``all_gather`` (every rank must call it at
-        the same point); nothing when no iteration is open."""
-        if self._open and self.world_size > 1:
+        the same point); nothing when no iteration is open, or when counts will resolve them
+        (the micro-steps of an accumulation window ride the window's last bucket)."""
+        if self._open and self.world_size > 1 and not self.resolved_by_counts:
             self._deliver(self._gather_open())
 
     def local_mask(self, device, dtype,
@@ -326,9 +322,9 @@ class ParamUsageRecord:
             counted_step = k == len(opened) - 1
             self.last = IterationUsage(iteration, self.rank, local, tuple(per_rank),
                                        ranks_left_unreached if counted_step else 0)
-            self.last_changed = self.statistics.update(self.last)
+            changed = self.statistics.update(self.last)
             for listener in self._listeners:
-                listener(self.last, self.last_changed)
+                listener(self.last, changed)
 
     def remove(self) -> None:
         """Detaches the autograd hooks (the record keeps what it has seen)."""
