@@ -1,6 +1,7 @@
 """The end-of-training summary of unused parameters: a text table, a JSON file, a PNG."""
 import json
 import os.path as osp
+import textwrap
 from collections import OrderedDict
 from typing import Dict, List, Optional
 
@@ -127,28 +128,34 @@ def plot_unused_by_rank(names: List[str], history: List[Dict], path: str,
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.colors import ListedColormap, LogNorm
     from matplotlib.ticker import MaxNLocator
 
     modules, edges, width = data['modules'], data['edges'], data['width']
     panels = min(data['world_size'], max_rank_panels)
-    row_height = 0.2 if len(modules) > 10 else 0.28
-    figure, axes = plt.subplots(
-        panels, 1, sharex=True, squeeze=False,
-        figsize=(11, 1.9 + panels * (0.45 + row_height * len(modules))))
-    colormap = matplotlib.colormaps['Greys'].with_extremes(bad='#f6d3cf')
+    panel_height = (0.2 if len(modules) > 10 else 0.3) * len(modules)
+    gap = 0.5  # inches between panels, for the rank title
+    figure, axes = plt.subplots(panels, 1, sharex=True, squeeze=False,
+                                figsize=(11, 1.5 + panels * (panel_height + gap)))
+    # A log scale from one unused iteration in a thousand, so a rare skip still shows;
+    # exactly 0 (always used) is white, no record is grey.
+    colormap = ListedColormap(matplotlib.colormaps['magma_r'](np.linspace(0.15, 1, 256)))
+    colormap = colormap.with_extremes(under='white', bad='#c8c8c8')
+    norm = LogNorm(vmin=1e-3, vmax=1)
+    # Cell k spans iterations [edge k, edge k+1): centred on its iteration when one wide.
+    extent = (edges[0] - 0.5, edges[-1] - 0.5, len(modules), 0)
     for rank, ax in enumerate(axes[:, 0]):
-        image = ax.imshow(data['fraction'][rank], aspect='auto', cmap=colormap, vmin=0, vmax=1,
-                          extent=(edges[0], edges[-1], len(modules), 0),
-                          interpolation='nearest')
+        fraction = data['fraction'][rank]
+        image = ax.imshow(np.where(fraction == 0, 1e-9, fraction), aspect='auto',
+                          cmap=colormap, norm=norm, extent=extent, interpolation='nearest')
         ax.set_yticks([row + 0.5 for row in range(len(modules))], modules,
                       fontsize=8 if len(modules) <= 20 else 6)
-        ax.set_ylabel(f'rank {rank}', rotation=0, ha='right', va='center', fontsize=10,
-                      labelpad=12)
-        ax.yaxis.set_label_position('right')
+        ax.set_title(f'rank {rank}', loc='left', fontsize=10, fontweight='bold')
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[-1, 0].set_xlabel('iteration')
-    figure.colorbar(image, ax=axes[:, 0].tolist(), fraction=0.025, pad=0.06,
-                    label='fraction of the column\'s iterations unused')
+    figure.colorbar(image, ax=axes[:, 0].tolist(), fraction=0.025, pad=0.02,
+                    label='fraction of the column\'s iterations unused (white: 0)')
     shown = [f'{len(modules)} of {data["modules_ever_unused"]} modules that were ever unused'
              + (', most often unused first' if len(modules) > 1 else '')]
     if panels < data['world_size']:
@@ -156,14 +163,14 @@ def plot_unused_by_rank(names: List[str], history: List[Dict], path: str,
     columns = ('one column per iteration' if width == 1 else
                f'one column per {width} iterations')
     figure.suptitle('Unused parameters per module and rank', fontsize=12)
-    figure.text(
-        0.01, 0.005,
-        f'A cell is the fraction of its column\'s iterations ({columns}) in which the module '
-        'left at least one of its parameters\nunused on that rank (autograd never reached it): '
-        'white = always used, black = unused in every iteration, pink = no record. '
-        f'Shown: {"; ".join(shown)}.', fontsize=8, va='bottom')
-    figure.subplots_adjust(left=0.22, right=0.86, top=1 - 0.45 / figure.get_figheight(),
-                           bottom=0.75 / figure.get_figheight(), hspace=0.25)
+    caption = (f'A cell is the fraction of its column\'s iterations ({columns}) in which the '
+               'module left at least one of its parameters unused on that rank (autograd '
+               'never reached it): white = always used, black = unused in every iteration, '
+               f'grey = no record. Shown: {"; ".join(shown)}.')
+    figure.text(0.01, 0.01, textwrap.fill(caption, 165), fontsize=8, va='bottom')
+    height = figure.get_figheight()
+    figure.subplots_adjust(left=0.2, right=0.88, top=1 - 0.6 / height, bottom=1.1 / height,
+                           hspace=gap / panel_height)
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path

@@ -21,12 +21,12 @@ BAD_USAGE = 2
 
 
 def _stderr_logger() -> logging.Logger:
+    """Warnings go to this call's stderr (a new handler each call: stderr may be replaced)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter('%(levelname)s: %(message)s'))
     logger = logging.getLogger('mmdet3d_ddp_guard.summarize')
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter('%(levelname)s: %(message)s'))
-        logger.addHandler(handler)
-        logger.propagate = False
+    logger.handlers = [handler]
+    logger.propagate = False
     return logger
 
 

@@ -1,4 +1,5 @@
 import os
+import textwrap
 from typing import Dict, List, Optional
 
 from mmengine.dist import master_only
@@ -235,4 +236,7 @@ class UnusedParamsHook(Hook):
             files = (f'No PNG: {error}. Install matplotlib, or pass plot=False; the text and '
                      'JSON summary files are written.')
             runner.logger.warning(f'UnusedParamsHook: {files}')
-        runner.logger.info('UnusedParamsHook summary\n' + summary_text(summary) + '\n' + files)
+        # Indented (blank lines too) like every multi-line message of this package, so log
+        # filters that keep a record's indented lines keep all of it.
+        runner.logger.info('UnusedParamsHook summary\n' + textwrap.indent(
+            summary_text(summary) + '\n' + files, '  ', lambda line: True))
