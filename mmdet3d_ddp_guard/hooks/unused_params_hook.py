@@ -36,9 +36,20 @@ class UnusedParamsHook(Hook):
       the unused ids of every rank) and, after training, ``unused_params_summary.txt`` /
       ``.json`` (per parameter: iterations unused / seen, ranks; and a verdict: would plain
       DDP have failed, first at which iteration, and the setting that fits this model) and a
-      PNG of unused frequency per module over iterations.
+      PNG: per rank, how often each module that was ever unused went unused, over the
+      iterations.
     - The accumulated counts are saved in checkpoints and restored on resume, so a resumed
-      run's summary covers the whole run.
+      run's summary covers the whole run; the per-iteration file drops the lines written
+      after the checkpoint, so it holds every iteration once. Counts of a model with another
+      number of trainable parameters (a layer added or unfrozen since the checkpoint) are
+      not restored: a warning, and the counts start fresh. ``load_from`` starts new counts.
+
+    The hook never stops training for its files (see :mod:`mmdet3d_ddp_guard.usage_history`):
+    lines are appended whole, torn or garbled lines left by a crash are dropped with a
+    warning, and a write that fails (disk full, out_dir gone) is logged once and retried at
+    later iterations; the summary is always logged, and
+    ``python -m mmdet3d_ddp_guard summarize WORK_DIR`` rebuilds its files from a run that
+    died. Only an out_dir that cannot be written at the start is an error.
 
     Under :class:`GuardedDDP` the hook reads the wrapper's own usage record (one set of
     autograd hooks). Under any other wrapper, or none, it installs the record itself; in a
