@@ -100,7 +100,8 @@ def parse_line(text: str, num_params: Optional[int] = None) -> Dict:
 def read_history(path: str, logger: logging.Logger,
                  num_params: Optional[int] = None) -> List[Dict]:
     """The lines of the per-iteration file, tolerant of what a crash leaves (see the module
-    docstring); each problem is one warning on ``logger``. A missing file is empty."""
+    docstring); each problem is one warning on ``logger``. A missing file is empty; a file
+    that cannot be read raises ``OSError``."""
     if not osp.exists(path):
         return []
     with open(path, 'rb') as f:
@@ -262,10 +263,10 @@ class HistoryFile:
         """After a resume from the checkpoint of ``iteration``: drops the lines of later
         iterations (written between the checkpoint and the crash), so the file holds every
         iteration once. Rewrites through a temporary file; a failure is logged, not raised."""
-        kept = [line for line in read_history(self.path, self.logger)
-                if line['iter'] < iteration]
         temporary = f'{self.path}.tmp'
         try:
+            kept = [line for line in read_history(self.path, self.logger)
+                    if line['iter'] < iteration]
             with open(temporary, 'w') as f:
                 f.writelines(json.dumps(line) + '\n' for line in kept)
             os.replace(temporary, self.path)

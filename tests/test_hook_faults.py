@@ -5,6 +5,7 @@ damages or removes what a crash, a full disk or an edited config would.
 """
 import glob
 import json
+import logging
 import os
 import os.path as osp
 
@@ -13,6 +14,7 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS, MODELS
 
+from mmdet3d_ddp_guard import usage_history
 from mmdet3d_ddp_guard.__main__ import main as cli
 from mmdet3d_ddp_guard.examples import ToyDetector
 from tests.scenarios import train_toy_runner
@@ -179,3 +181,26 @@ def test_load_from_a_model_with_one_more_layer_trains(tmp_path):
     assert result['statistics']['iterations_seen'] == 2
     assert _iters(result) == [0, 1]
     assert 'not carried over' in _log(str(tmp_path / 'new'))
+
+
+def test_appends_stay_whole_lines_through_an_outage_longer_than_the_buffer(
+        tmp_path, monkeypatch, caplog):
+    logger = logging.getLogger('test_history_file')
+    folder = tmp_path / 'out'
+    path = str(folder / 'unused_params.jsonl')
+
+    def line(i):
+        return dict(iter=i, epoch=0, unused_per_rank=[[1, 2]])
+
+    monkeypatch.setattr(usage_history, 'MAX_PENDING_BYTES', 3 * len(json.dumps(line(0))) + 3)
+    history = usage_history.HistoryFile(path, logger)
+    assert not any([history.append(line(i)) for i in range(6)])  # no folder: all wait
+    folder.mkdir()
+    (folder / 'unused_params.jsonl').write_bytes(b'{"iter": 0, "unused_per_rank": [[1')
+    assert history.append(line(6))
+    assert 'iteration(s) (0-3) are missing from' in caplog.text
+    assert caplog.text.count('cannot append to') == 1
+    # The torn line left by an earlier writer stays alone on its line.
+    lines = usage_history.read_history(path, logger)
+    assert [x['iter'] for x in lines] == [4, 5, 6]
+    assert 'skipped garbled line 1 of' in caplog.text

@@ -5,8 +5,8 @@ by default the run's work dir), replays the per-iteration lines into the statist
 keeps, and writes ``<prefix>_summary.txt`` / ``.json`` / ``.png`` as the hook does after
 training, with the same verdict for the iterations in the file. A torn or garbled line (a
 kill mid-write, a full disk) is dropped with a warning; iterations missing from the file are
-named. Exits 0 when the summary is written, 1 when it cannot be written, 2 on bad usage
-(no such folder, no hook files in it).
+named. Exits 0 when the summary is written, 1 when a file cannot be read or written, 2 on
+bad usage (no such folder, no hook files in it, no complete line).
 """
 import argparse
 import logging
@@ -56,7 +56,11 @@ def main(args: argparse.Namespace) -> int:
         print(f'summarize: {error}. The hook writes it once at the start of training; '
               'without it the ids in the per-iteration file have no names.')
         return BAD_USAGE
-    lines = read_history(lines_path, logger, len(table))
+    try:
+        lines = read_history(lines_path, logger, len(table))
+    except OSError as error:
+        print(f'summarize: cannot read {lines_path} ({error.strerror or error}).')
+        return 1
     if not lines:
         print(f'summarize: {lines_path} holds no complete line: the run stopped before its '
               'first iteration ended.')

@@ -232,9 +232,13 @@ class UnusedParamsHook(Hook):
                 f'{self.history.path}; the summary below counts them.')
         table = self.record.table
         summary = summary_dict(table, self.record.statistics, self.record.world_size)
-        files = ''
         try:
             history = read_history(self.history.path, runner.logger, len(table))
+        except OSError as error:
+            runner.logger.warning(f'UnusedParamsHook: cannot read {self.history.path} '
+                                  f'({error.strerror or error}); the PNG is not drawn.')
+            history = []
+        try:
             paths = write_summary(self.out_dir, self.file_prefix, summary, table, history,
                                   self.plot)
             files = 'Files: ' + ', '.join(paths.values())
