@@ -140,10 +140,7 @@ class UnusedParamsHook(Hook):
                                    'not carried over.')
             return
         num_params = len(self.record.table)
-        if state is None:
-            runner.logger.warning('UnusedParamsHook: the checkpoint holds no unused-parameter '
-                                  'statistics; the summary covers the resumed part only.')
-        elif state['num_params'] != num_params:
+        if state is not None and state['num_params'] != num_params:
             # A layer added, removed, frozen or unfrozen since the checkpoint: the old counts
             # and the file's ids belong to another parameter table.
             runner.logger.warning(
@@ -152,6 +149,9 @@ class UnusedParamsHook(Hook):
                 f'fresh at iteration {resumed_iter}, so the summary covers the resumed part '
                 f'only.{self._set_history_aside(resumed_iter) or ""}')
             return
+        if state is None:
+            runner.logger.warning('UnusedParamsHook: the checkpoint holds no unused-parameter '
+                                  'statistics; the summary covers the resumed part only.')
         else:
             self.record.statistics.load_state_dict(state)
         self._keep_history_before(resumed_iter)
