@@ -155,7 +155,7 @@ def plot_unused_by_rank(names: List[str], history: List[Dict], path: str,
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[-1, 0].set_xlabel('iteration')
     figure.colorbar(image, ax=axes[:, 0].tolist(), fraction=0.025, pad=0.02,
-                    label='fraction of the column\'s iterations unused (white: 0)')
+                    label='fraction of iterations unused (white: 0)')
     shown = [f'{len(modules)} of {data["modules_ever_unused"]} modules that were ever unused'
              + (', most often unused first' if len(modules) > 1 else '')]
     if panels < data['world_size']:
