@@ -1,8 +1,9 @@
-"""``python -m mmdet3d_ddp_guard {demo,check,make-tiny-data} ...`` (also the ``mmdet3d-ddp-guard`` script)."""
+"""``python -m mmdet3d_ddp_guard {demo,check,summarize,make-tiny-data} ...``
+(also the ``mmdet3d-ddp-guard`` script)."""
 import argparse
 import sys
 
-from .cli import check, demo, make_tiny_data
+from .cli import check, demo, make_tiny_data, summarize
 
 
 def main(argv=None) -> int:
@@ -11,6 +12,8 @@ def main(argv=None) -> int:
     for name, module, help_text in (
             ('demo', demo, 'plain DDP dying, then GuardedDDP training, on 2 processes'),
             ('check', check, 'would plain DDP fail on this config? (one process)'),
+            ('summarize', summarize,
+             "rebuild UnusedParamsHook's summary from a run's files (also a run that died)"),
             ('make-tiny-data', make_tiny_data, 'write the tiny nuScenes and KITTI datasets')):
         sub = commands.add_parser(name, help=help_text, description=module.__doc__)
         module.add_arguments(sub)

@@ -1,12 +1,14 @@
 """Starting MMDetection3D's own ``tools/train.py`` under torchrun, as a user would."""
+import glob
 import os
 import os.path as osp
+import signal
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 
 def mmdet3d_train_script() -> str:
@@ -28,6 +30,33 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def kill_process_tree(pid: int) -> None:
+    """SIGKILL to the process group of ``pid`` and of every descendant, as a node that dies
+    takes them all. torchrun starts each worker in a session of its own, which a kill of
+    torchrun's own group would leave running (and holding the output pipe)."""
+    pids, queue = [], [pid]
+    while queue:  # collect first: a killed parent's children are re-parented at once
+        current = queue.pop()
+        pids.append(current)
+        for children in glob.glob(f'/proc/{current}/task/*/children'):
+            try:
+                with open(children) as f:
+                    queue += [int(child) for child in f.read().split()]
+            except OSError:
+                pass  # it exited meanwhile
+    groups = set()
+    for current in pids:
+        try:
+            groups.add(os.getpgid(current))
+        except ProcessLookupError:
+            pass
+    for group in groups:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 @dataclass
 class TrainRun:
     command: List[str]
@@ -35,15 +64,20 @@ class TrainRun:
     output: str
     seconds: float
     timed_out: bool
+    stopped: bool = False
 
 
 def torchrun_train(config: str, work_dir: str, nproc: int = 2,
                    cfg_options: Sequence[str] = (), timeout: Optional[float] = None,
-                   env: Optional[dict] = None) -> TrainRun:
+                   env: Optional[dict] = None,
+                   stop_when: Optional[Callable[[], bool]] = None) -> TrainRun:
     """``torchrun --nproc_per_node N mmdet3d/tools/train.py CONFIG --launcher pytorch``.
 
     Output of all ranks is captured; a run that exceeds ``timeout`` is killed and reported
-    as timed out (the hang of DDP with rank-dependent unused parameters).
+    as timed out (the hang of DDP with rank-dependent unused parameters). With ``stop_when``
+    (polled twice a second) the run is killed as a preempted job is, SIGKILL to torchrun and
+    every worker (:func:`kill_process_tree`), as soon as ``stop_when()`` returns True, and
+    reported as stopped.
     """
     command = [sys.executable, '-m', 'torch.distributed.run', f'--nproc_per_node={nproc}',
                f'--master_port={free_port()}', mmdet3d_train_script(), config,
@@ -51,14 +85,24 @@ def torchrun_train(config: str, work_dir: str, nproc: int = 2,
     if cfg_options:
         command += ['--cfg-options', *cfg_options]
     start = time.monotonic()
+    deadline = None if timeout is None else start + timeout
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, env={**os.environ, **(env or {})},
                                start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=timeout)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, 9)
-        output, _ = process.communicate()
-        timed_out = True
-    return TrainRun(command, process.returncode, output, time.monotonic() - start, timed_out)
+    timed_out = stopped = False
+    while True:
+        waits = [] if deadline is None else [max(0.0, deadline - time.monotonic())]
+        waits += [0.5] if stop_when else []
+        try:
+            # Retrying communicate() after its timeout loses no output (subprocess docs).
+            output, _ = process.communicate(timeout=min(waits, default=None))
+            break
+        except subprocess.TimeoutExpired:
+            stopped = bool(stop_when and stop_when())
+            timed_out = not stopped and deadline is not None and time.monotonic() >= deadline
+            if stopped or timed_out:
+                kill_process_tree(process.pid)
+                output, _ = process.communicate()
+                break
+    return TrainRun(command, process.returncode, output, time.monotonic() - start, timed_out,
+                    stopped)

@@ -141,7 +141,7 @@ def train_toy_runner(rank: int, world_size: int, work_dir: str, pattern: str,
     hook = next(h for h in runner.hooks if isinstance(h, UnusedParamsHook))
     model = runner.model.module if hasattr(runner.model, 'module') else runner.model
     record = hook.record
-    with open(osp.join(work_dir, 'unused_params.jsonl')) as f:
+    with open(osp.join(hook.out_dir, 'unused_params.jsonl')) as f:
         lines = [json.loads(line) for line in f]
     return dict(
         lines=lines,

@@ -1,8 +1,10 @@
 """GuardedDDP through an unchanged MMEngine Runner: mmdet3d's own tools/train.py under
 torchrun, 2 gloo processes on the CPU, launcher='pytorch'."""
+import re
+
 import pytest
 
-from mmdet3d_ddp_guard.cli.demo import TOY_CONFIG, plain_ddp_options
+from mmdet3d_ddp_guard.cli.demo import TOY_CONFIG, logged_blocks, plain_ddp_options
 from mmdet3d_ddp_guard.launch import torchrun_train
 
 pytestmark = pytest.mark.timeout(200)
@@ -21,6 +23,10 @@ def test_guarded_ddp_trains_through_tools_train_py(tmp_path):
         in run.output
     assert 'Iter(train) [6/6]' in run.output
     assert 'the set of unused parameters changes between iterations' in run.output
+    # What `make demo` shows of the summary: the verdict and the per-parameter table.
+    summary = '\n'.join(logged_blocks(run.output, 'UnusedParamsHook summary'))
+    assert 'Would plain DDP have failed? YES' in summary
+    assert re.search(r'dead\.weight +\(16, 16\) +256 +Linear +6/6', summary), summary
 
 
 def test_plain_ddp_dies_with_the_real_error(tmp_path):

@@ -13,19 +13,44 @@ STAMP="$VENV/.stack-complete"
 WANT=$(cat tools/make_venv.sh requirements/stack.txt setup.py | sha256sum | cut -c1-16)
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then exit 0; fi
 PY=${PYTHON:-python3}
+# Progress on stderr with the elapsed time: the first run takes many minutes (README, Set-up).
+say() { printf 'make_venv [%d:%02d]: %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
+# Runs "$@" in the background and says every minute that it still runs, so that a long
+# silent step (pip -q, mmcv's compile) never looks hung; returns its exit status.
+with_heartbeat() {
+  local what=$1 start=$SECONDS pid next
+  shift
+  "$@" &
+  pid=$!
+  next=$((start + 60))
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    if [ "$SECONDS" -ge "$next" ] && kill -0 "$pid" 2>/dev/null; then
+      say "$what: still running, $(((SECONDS - start) / 60)) min so far"
+      next=$((next + 60))
+    fi
+  done
+  wait "$pid"
+}
+say "building $VENV (the first time: 10 to 25 minutes on 2 cores, most of it mmcv's compile)"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip --disable-pip-version-check"
 $PIP install -q --upgrade pip==24.3.1
 $PIP install -q setuptools==80.9.0 wheel
-$PIP install -q torch==2.13.0
+say "installing torch 2.13.0 (CPU)"
+with_heartbeat "torch" $PIP install -q torch==2.13.0
 $PIP install -q setuptools==80.9.0
-$PIP install -q -r requirements/stack.txt
+say "installing the pinned stack (requirements/stack.txt)"
+with_heartbeat "the pinned stack" $PIP install -q -r requirements/stack.txt
 if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops" 2>/dev/null; then
-  echo "make_venv: building mmcv 2.1.0 with its C++ ops (about 7 minutes on 2 cores)" >&2
+  say "building mmcv 2.1.0 with its C++ ops: 7 to 20 minutes on 2 cores, silent but working"
   MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-2} \
-    $PIP install -q --no-build-isolation mmcv==2.1.0
+    with_heartbeat "mmcv's compile" $PIP install -q --no-build-isolation mmcv==2.1.0
 fi
+say "installing mmdet3d 1.4.0, the dataset SDKs and this package"
 $PIP install -q --no-deps mmdet3d==1.4.0 nuscenes-devkit==1.1.11 lyft-dataset-sdk==0.0.8
-$PIP install -q --no-deps -e .
+# The PEP 660 editable install (pyproject.toml), built with the pinned setuptools above.
+$PIP install -q --no-deps --no-build-isolation -e .
 "$VENV/bin/python" -c "import torch, mmengine, mmcv.ops, mmdet, mmdet3d, mmdet3d_ddp_guard"
 echo "$WANT" > "$STAMP"
+say "done"

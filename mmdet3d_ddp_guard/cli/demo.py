@@ -84,7 +84,8 @@ def run_demo(config: str, work_dir: str, timeout: float, extra_options: List[str
     print('\n== 2/2  the same config under GuardedDDP ==', flush=True)
     guarded = torchrun_train(config, osp.join(work_dir, 'guarded_ddp'),
                              cfg_options=extra_options, timeout=timeout)
-    for marker in ('GuardedDDP decision', 'UnusedParamsHook', 'Iter(train)'):
+    for marker in ('GuardedDDP decision', 'UnusedParamsHook:', 'Iter(train)',
+                   'UnusedParamsHook summary'):
         print('\n'.join(logged_blocks(guarded.output, marker)))
     if guarded.returncode != 0 or guarded.timed_out:
         print(f'GuardedDDP run FAILED (exit code {guarded.returncode}); its last lines:')

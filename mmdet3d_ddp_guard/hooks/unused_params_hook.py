@@ -1,6 +1,5 @@
-import json
 import os
-import os.path as osp
+import textwrap
 from typing import Dict, List, Optional
 
 from mmengine.dist import master_only
@@ -11,8 +10,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..errors import unused_parameters_error
 from ..guarded_ddp import GuardedDDP
+from ..usage_history import (HistoryFile, history_path, read_history, table_path,
+                             write_table)
 from ..usage_record import IterationUsage, ParamUsageRecord
-from ..usage_summary import write_summary
+from ..usage_summary import summary_dict, summary_text, write_summary
 
 CHECKPOINT_KEY = 'unused_params'
 
@@ -35,9 +36,20 @@ class UnusedParamsHook(Hook):
       the unused ids of every rank) and, after training, ``unused_params_summary.txt`` /
       ``.json`` (per parameter: iterations unused / seen, ranks; and a verdict: would plain
       DDP have failed, first at which iteration, and the setting that fits this model) and a
-      PNG of unused frequency per module over iterations.
+      PNG: per rank, how often each module that was ever unused went unused, over the
+      iterations.
     - The accumulated counts are saved in checkpoints and restored on resume, so a resumed
-      run's summary covers the whole run.
+      run's summary covers the whole run; the per-iteration file drops the lines written
+      after the checkpoint, so it holds every iteration once. Counts of a model with another
+      number of trainable parameters (a layer added or unfrozen since the checkpoint) are
+      not restored: a warning, and the counts start fresh. ``load_from`` starts new counts.
+
+    The hook never stops training for its files (see :mod:`mmdet3d_ddp_guard.usage_history`):
+    lines are appended whole, torn or garbled lines left by a crash are dropped with a
+    warning, and a write that fails (disk full, out_dir gone) is logged once and retried at
+    later iterations; the summary is always logged, and
+    ``python -m mmdet3d_ddp_guard summarize WORK_DIR`` rebuilds its files from a run that
+    died. Only an out_dir that cannot be written at the start is an error.
 
     Under :class:`GuardedDDP` the hook reads the wrapper's own usage record (one set of
     autograd hooks), whose per-rank detail rides DDP's last gradient bucket: the hook adds no
@@ -90,6 +102,7 @@ class UnusedParamsHook(Hook):
         self.plot = plot
         self.file_prefix = file_prefix
         self.record: Optional[ParamUsageRecord] = None
+        self.history: Optional[HistoryFile] = None
         self._drives_record = False
         self._ddp_fast_path = False
 
@@ -107,50 +120,58 @@ class UnusedParamsHook(Hook):
         self._runner = runner
         self.record.add_listener(self._on_usage)
         self.out_dir = self.out_dir or runner.work_dir
+        self.history = HistoryFile(history_path(self.out_dir, self.file_prefix), runner.logger)
         self._prepare_out_dir(runner)
 
     @master_only
     def _prepare_out_dir(self, runner) -> None:
         try:
             os.makedirs(self.out_dir, exist_ok=True)
-            with open(self._path('table.json'), 'w') as f:
-                json.dump([self.record.table.describe(i) for i in range(len(self.record.table))],
-                          f)
+            write_table(table_path(self.out_dir, self.file_prefix),
+                        [self.record.table.describe(i) for i in range(len(self.record.table))])
+            self.history.start(fresh=not runner._resume)
         except OSError as error:
             raise OSError(f'UnusedParamsHook: cannot write to out_dir={self.out_dir!r} '
                           f'({error.strerror}); pass a writable out_dir, or fix the work '
                           'dir\'s permissions.') from error
-        if not runner._resume:  # a fresh run starts a fresh per-iteration file
-            open(self._path('jsonl'), 'w').close()
-
-    def _path(self, suffix: str) -> str:
-        separator = '.' if suffix == 'jsonl' else '_'
-        return osp.join(self.out_dir, f'{self.file_prefix}{separator}{suffix}')
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         checkpoint.setdefault('meta', {})[CHECKPOINT_KEY] = self.record.statistics.state_dict()
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        state = checkpoint.get('meta', {}).get(CHECKPOINT_KEY)
+        meta = checkpoint.get('meta', {})
+        state, resumed_iter = meta.get(CHECKPOINT_KEY), meta.get('iter', 0)
+        if not runner._resume:
+            if state is not None:
+                runner.logger.info('UnusedParamsHook: load_from starts a new run from the '
+                                   "checkpoint's weights; its unused-parameter statistics are "
+                                   'not carried over.')
+            return
+        num_params = len(self.record.table)
+        if state is not None and state['num_params'] != num_params:
+            # A layer added, removed, frozen or unfrozen since the checkpoint: the old counts
+            # and the file's ids belong to another parameter table.
+            runner.logger.warning(
+                f'UnusedParamsHook: the checkpoint\'s statistics count {state["num_params"]} '
+                f'trainable parameters but this model has {num_params}; the statistics start '
+                f'fresh at iteration {resumed_iter}, so the summary covers the resumed part '
+                f'only.{self._set_history_aside(resumed_iter) or ""}')
+            return
         if state is None:
             runner.logger.warning('UnusedParamsHook: the checkpoint holds no unused-parameter '
                                   'statistics; the summary covers the resumed part only.')
-            return
-        self.record.statistics.load_state_dict(state)
-        self._truncate_history(checkpoint['meta'].get('iter', 0))
+        else:
+            self.record.statistics.load_state_dict(state)
+        self._keep_history_before(resumed_iter)
 
     @master_only
-    def _truncate_history(self, resumed_iter: int) -> None:
-        """Drops lines written after the checkpoint (a crash between save and resume)."""
-        kept = [line for line in self._read_history() if line['iter'] < resumed_iter]
-        with open(self._path('jsonl'), 'w') as f:
-            f.writelines(json.dumps(line) + '\n' for line in kept)
+    def _keep_history_before(self, resumed_iter: int) -> None:
+        self.history.keep_before(resumed_iter)
 
-    def _read_history(self) -> List[Dict]:
-        if not osp.exists(self._path('jsonl')):
-            return []
-        with open(self._path('jsonl')) as f:
-            return [json.loads(line) for line in f if line.strip()]
+    @master_only
+    def _set_history_aside(self, resumed_iter: int) -> str:
+        moved = self.history.set_aside(f'before-iter{resumed_iter}')
+        return f' The earlier per-iteration file is now {moved}.' if moved else ''
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
         if self._drives_record:
@@ -222,11 +243,8 @@ class UnusedParamsHook(Hook):
 
     @master_only
     def _append_line(self, runner, usage: IterationUsage) -> None:
-        with open(self._path('jsonl'), 'a') as f:
-            f.write(json.dumps(dict(iter=usage.iteration, epoch=runner.epoch,
-                                    unused_per_rank=[list(ids)
-                                                     for ids in usage.per_rank_unused]))
-                    + '\n')
+        self.history.append(dict(iter=usage.iteration, epoch=runner.epoch,
+                                 unused_per_rank=[list(ids) for ids in usage.per_rank_unused]))
 
     def after_train_epoch(self, runner) -> None:
         self.record.exchange()  # before an epoch checkpoint; a no-op when nothing is open
@@ -238,9 +256,35 @@ class UnusedParamsHook(Hook):
 
     @master_only
     def _write_summary(self, runner) -> None:
-        paths = write_summary(self.out_dir, self.file_prefix, self.record.table,
-                              self.record.statistics, self.record.world_size,
-                              self._read_history(), self.plot)
-        with open(paths['text']) as f:
-            runner.logger.info('UnusedParamsHook summary\n' + f.read()
-                               + 'Files: ' + ', '.join(paths.values()))
+        """Logs the summary and writes its files; a file that cannot be written is a
+        warning (the summary is in the log, and ``summarize`` rebuilds the files)."""
+        if not self.history.flush():
+            runner.logger.warning(
+                f'UnusedParamsHook: iterations {self.history.pending_iterations[0]}-'
+                f'{self.history.pending_iterations[-1]} could not be written to '
+                f'{self.history.path}; the summary below counts them.')
+        table = self.record.table
+        summary = summary_dict(table, self.record.statistics, self.record.world_size)
+        try:
+            history = read_history(self.history.path, runner.logger, len(table))
+        except OSError as error:
+            runner.logger.warning(f'UnusedParamsHook: cannot read {self.history.path} '
+                                  f'({error.strerror or error}); the PNG is not drawn.')
+            history = []
+        try:
+            paths = write_summary(self.out_dir, self.file_prefix, summary, table, history,
+                                  self.plot)
+            files = 'Files: ' + ', '.join(paths.values())
+        except OSError as error:
+            files = (f'The summary files could not be written in {self.out_dir} '
+                     f'({error.strerror or error}); once it is writable, '
+                     f'`python -m mmdet3d_ddp_guard summarize {self.out_dir}` rebuilds them.')
+            runner.logger.warning(f'UnusedParamsHook: {files}')
+        except ImportError as error:
+            files = (f'No PNG: {error}. Install matplotlib, or pass plot=False; the text and '
+                     'JSON summary files are written.')
+            runner.logger.warning(f'UnusedParamsHook: {files}')
+        # Indented (blank lines too) like every multi-line message of this package, so log
+        # filters that keep a record's indented lines keep all of it.
+        runner.logger.info('UnusedParamsHook summary\n' + textwrap.indent(
+            summary_text(summary) + '\n' + files, '  ', lambda line: True))
