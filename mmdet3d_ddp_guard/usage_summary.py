@@ -164,8 +164,8 @@ def plot_unused_by_rank(names: List[str], history: List[Dict], path: str,
                f'one column per {width} iterations')
     figure.suptitle('Unused parameters per module and rank', fontsize=12)
     caption = (f'A cell is the fraction of its column\'s iterations ({columns}) in which the '
-               'module left at least one of its parameters unused on that rank (autograd '
-               'never reached it): white = always used, black = unused in every iteration, '
+               'module left at least one of its parameters unused on that rank (no gradient '
+               'from that backward): white = always used, black = unused in every iteration, '
                f'grey = no record. Shown: {"; ".join(shown)}.')
     figure.text(0.01, 0.01, textwrap.fill(caption, 165), fontsize=8, va='bottom')
     height = figure.get_figheight()
