@@ -15,6 +15,7 @@ from .decision_policy import (COMPLETE, FIND_UNUSED, STATIC_GRAPH, STRICT, Decis
                               DecisionPolicy,
                               not_given, resolve_request)
 from .errors import static_graph_changed_error, unused_parameters_error
+from .forward_collectives import warn_forward_collectives
 from .unused_flag_comm_hook import UnusedFlagState, allreduce_with_unused_flag
 from .usage_record import IterationUsage, ParamUsageRecord
 
@@ -102,6 +103,8 @@ class GuardedDDP(MMDistributedDataParallel):
         requested, source = resolve_request(find_unused_parameters,
                                             _top_level_config_value())
         policy = DecisionPolicy(requested, source, static_graph)
+        # Before DDP's own checks, which refuse torch's SyncBatchNorm on the CPU.
+        warn_forward_collectives(module)
         drop_device_ids_for_cpu_module(module, kwargs)
         super().__init__(
             module=module,
