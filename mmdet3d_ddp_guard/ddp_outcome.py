@@ -25,10 +25,13 @@ OUTCOME_EXPLANATIONS = {
            'the gradient all-reduce until torchrun kills them (or, without torchrun, until '
            "the collective timeout). GuardedDDP (find_unused_parameters='auto') trains it.",
     HANGS: 'a layer that runs a collective in its forward (SyncBatchNorm and the like) ran on '
-           'some ranks and not on others, so every rank waits, before any backward, in a '
-           'collective its partners never join, until the collective timeout. No DDP option '
-           'helps, GuardedDDP included. Fix: use BN or GN in that branch, or run the branch '
-           'on every rank.',
+           'some ranks and not on others, so the ranks that ran it wait, before any backward, '
+           'in a collective the others never join (or meet another collective there: '
+           'undefined results), until the collective timeout. No DDP option helps, '
+           'GuardedDDP included. (Where the skipped branch also holds parameters, the '
+           'skipping rank of plain DDP may raise "Expected to have finished reduction" '
+           'first, and torchrun then ends the job with that error.) Fix: use BN or GN in '
+           'that branch, or run the branch on every rank.',
 }
 
 

@@ -97,7 +97,8 @@ def sync_norm_cfg_keys(model_cfg: Any, prefix: str = 'model') -> List[str]:
     """Dotted config keys (``model.refiner_norm_cfg``) whose dict builds a SyncBN-type layer."""
     keys = []
     if isinstance(model_cfg, dict):
-        if model_cfg.get('type') in SYNC_NORM_CFG_TYPES:
+        # 'mmdet3d.naiveSyncBN1d' names the registry scope first.
+        if str(model_cfg.get('type')).rpartition('.')[2] in SYNC_NORM_CFG_TYPES:
             keys.append(prefix)
         for key, value in model_cfg.items():
             keys += sync_norm_cfg_keys(value, f'{prefix}.{key}')
