@@ -14,7 +14,7 @@ Rules (torch's DDP, verified in this project's tests and notes):
 import json
 from typing import Dict, List, Optional, Sequence
 
-from .ddp_outcome import FAILS, HANGS, OK, OUTCOME_EXPLANATIONS, PLAIN_DDP
+from .ddp_outcome import FAILS, HANGS, OK, PLAIN_DDP
 from .forward_collectives import config_key_of
 from .param_table import ParamTable
 from .rank_simulation import SimulatedIteration
@@ -131,8 +131,8 @@ def prediction_text(prediction: Dict, table: ParamTable, max_rows: int = 20,
     guarded = prediction['guarded_ddp']
     lines.append('GuardedDDP: ' + (
         'trains it.' if guarded['outcome'] == OK else
-        f'hangs too at iteration {guarded["first_iteration"]}: '
-        f'{OUTCOME_EXPLANATIONS[HANGS]}'))
+        f'hangs too at iteration {guarded["first_iteration"]} (no DDP option helps a '
+        'forward collective that only some ranks run).'))
     lines += ['', _per_iteration_table(prediction, max_rows)]
     return '\n'.join(lines)
 

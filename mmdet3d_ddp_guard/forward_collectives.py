@@ -6,6 +6,7 @@ partners that never come: the job hangs before any backward, whatever DDP's opti
 module finds those layers (for GuardedDDP's build-time warning), counts their calls per
 simulated rank (for ``check --world-size N``) and points at the config key that built them.
 """
+import logging
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch.nn as nn
@@ -54,7 +55,7 @@ def warn_forward_collectives(model: nn.Module, limit: int = 12) -> Optional[str]
         'backward (plain DDP hangs); neither GuardedDDP nor any DDP option can help there. '
         'Use BN or GN in branches that can be skipped, or run them on every rank; '
         '`python -m mmdet3d_ddp_guard check CONFIG --world-size N` predicts it.')
-    print_log(message, logger='current', level='WARNING')
+    print_log(message, logger='current', level=logging.WARNING)
     return message
 
 

@@ -101,6 +101,15 @@ def test_real_four_rank_plain_ddp_fails_where_predicted(tmp_path):
 
 
 @pytest.mark.timeout(200)
+def test_real_four_rank_static_graph_trains_as_predicted(tmp_path):
+    # Each rank keeps its own unused set from the first iteration: DDP's static graph
+    # accepts that, as the prediction above says.
+    run = torchrun_train(CONFIG, str(tmp_path), nproc=4, timeout=150,
+                         cfg_options=plain_ddp_options() + ['model_wrapper_cfg.static_graph=True'])
+    assert run.returncode == 0 and 'Iter(train) [4/4]' in run.output, run.output[-3000:]
+
+
+@pytest.mark.timeout(200)
 def test_real_two_rank_plain_ddp_trains(tmp_path):
     run = torchrun_train(CONFIG, str(tmp_path), nproc=2, cfg_options=plain_ddp_options(),
                          timeout=150)

@@ -2,6 +2,7 @@
 key."""
 import pytest
 import torch.nn as nn
+from mmengine.logging import MMLogger
 
 from mmdet3d_ddp_guard import GuardedDDP
 from mmdet3d_ddp_guard.forward_collectives import (config_key_of,
@@ -12,13 +13,16 @@ pytest.importorskip('mmcv')
 from mmdet3d_ddp_guard.examples.gated_refiner_toy import ToyGatedRefinerDetector  # noqa: E402
 
 
-def test_guarded_ddp_names_sync_batchnorm_layers_at_build(single_rank_group, capfd):
+def test_guarded_ddp_names_sync_batchnorm_layers_at_build(single_rank_group, tmp_path):
+    # The newest logger is the 'current' one GuardedDDP logs to.
+    log_file = tmp_path / 'build.log'
+    MMLogger.get_instance(f'build_warning_{tmp_path.name}', log_file=str(log_file))
     model = ToyGatedRefinerDetector(refiner_norm_cfg=dict(type='SyncBN'))
     try:
         GuardedDDP(model)
     except ValueError as error:  # DDP refuses torch's SyncBatchNorm in a CPU module
         assert 'SyncBatchNorm layers only work with GPU modules' in str(error)
-    out = capfd.readouterr().out
+    out = log_file.read_text()
     assert 'holds 1 layer(s) that run a collective in their forward: refiner.1 ' \
         '(SyncBatchNorm)' in out
 

@@ -69,6 +69,7 @@ def test_guarded_ddp_trains_centerpoint_with_the_gated_refiner(guarded_run):
                                       [refiner, []]]
 
 
+@pytest.mark.timeout(400)  # 8 CenterPoint steps in one process (2 ranks x 4 iterations)
 def test_check_at_2_ranks_agrees_with_the_real_run_iteration_by_iteration(
         data_root, guarded_run, tmp_path):
     run, work_dir = guarded_run

@@ -20,7 +20,7 @@ import tempfile
 
 from mmengine.config import Config, DictAction
 
-from ..ddp_outcome import OK
+from ..ddp_outcome import HANGS, OK
 from ..ddp_prediction import plot_prediction, predict, prediction_text, write_json
 from ..forward_collectives import sync_norm_cfg_keys
 from ..rank_simulation import RankSimulation, SimulationError
@@ -57,8 +57,12 @@ def report(summary: dict, prediction: dict, table) -> str:
         lines.append(f'The config sets no randomness.seed, so a shuffling sampler orders the '
                      f'data differently in every run; this prediction used seed '
                      f'{prediction["seed"]}.')
+    if prediction['plain_ddp']['outcome'] == HANGS:
+        lines += ['', 'First replace the SyncBN-type layer(s) named above: no wrapper can '
+                  'prevent that hang. Then, for the unused parameters, add to your config:']
+    else:
+        lines += ['', 'Add to your config:']
     lines += [
-        '', 'Add to your config:',
         "    custom_imports = dict(imports=['mmdet3d_ddp_guard'], allow_failed_imports=False)",
         f'    {summary["verdict"]["recommended_setting"]}',
         "    custom_hooks = [dict(type='UnusedParamsHook')]  # optional: per-iteration report",
