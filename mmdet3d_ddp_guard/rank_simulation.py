@@ -19,7 +19,7 @@ import copy
 import sys
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from mmengine.config import Config
 from mmengine.device import get_device
@@ -139,24 +139,25 @@ def rank_dataloaders(dataloader_cfg: Dict, world_size: int, seed: int,
             f'train_dataloader.sampler is {sampler_cfg!r}; the simulation builds the '
             "sampler of every rank from a config dict, e.g. sampler=dict(type='DefaultSampler', "
             'shuffle=True).')
-    # Runner.build_dataloader gives the sampler the runner's seed, or with diff_rank_seed
-    # none, so that every rank draws the same one: here one draw serves every rank.
-    sampler_seed = sampler_cfg.get('seed')
-    if sampler_seed is None:
-        sampler_seed = sync_random_seed() if diff_rank_seed else seed
+    # Runner.build_dataloader's default seed; a sampler left with none draws one on rank 0
+    # and broadcasts it (sync_random_seed): here one draw serves every rank.
+    default_seed = None if diff_rank_seed else seed
+    if sampler_cfg.get('seed', default_seed) is None:
+        sampler_cfg = dict(sampler_cfg, seed=sync_random_seed())
     cfg.update(num_workers=0, persistent_workers=False)
     cfg.pop('prefetch_factor', None)
     loaders = []
     for rank in range(world_size):
-        sampler = build_sampler_as_rank(sampler_cfg, dataset, sampler_seed, rank, world_size)
+        sampler = build_sampler_as_rank(sampler_cfg, dataset, default_seed, rank, world_size)
         loaders.append(Runner.build_dataloader(dict(cfg, dataset=dataset, sampler=sampler),
                                                seed=seed))
     return loaders
 
 
-def build_sampler_as_rank(sampler_cfg: Dict, dataset, seed: int, rank: int,
+def build_sampler_as_rank(sampler_cfg: Dict, dataset, seed: Optional[int], rank: int,
                           world_size: int):
-    """The config's sampler, built as ``rank`` of ``world_size``.
+    """The config's sampler, built as ``rank`` of ``world_size``, with ``seed`` as the
+    default seed (as ``Runner.build_dataloader`` passes it).
 
     MMEngine's samplers (and those of mmdet, mmdet3d) read their rank at construction from
     ``get_dist_info`` in their own module; that name is pointed at the simulated rank while
@@ -171,8 +172,8 @@ def build_sampler_as_rank(sampler_cfg: Dict, dataset, seed: int, rank: int,
     if not callable(getattr(module, 'get_dist_info', None)):
         raise SimulationError(_unshardable(sampler_type))
     with _dist_info_of(module, rank, world_size):
-        sampler = DATA_SAMPLERS.build(dict(sampler_cfg, seed=seed),
-                                      default_args=dict(dataset=dataset))
+        sampler = DATA_SAMPLERS.build(sampler_cfg,
+                                      default_args=dict(dataset=dataset, seed=seed))
     if (getattr(sampler, 'rank', None), getattr(sampler, 'world_size', None)) != (rank,
                                                                                  world_size):
         raise SimulationError(_unshardable(sampler_type))
