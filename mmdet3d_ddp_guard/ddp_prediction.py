@@ -47,7 +47,7 @@ def predict(table: ParamTable, iterations: Sequence[SimulatedIteration], world_s
                    else failing_ranks),
             unused_per_rank=[[table.names[i] for i in ids] for ids in it.unused_per_rank]))
     plain = _first(per_iteration, lambda line: line['outcome'])
-    static = _first(per_iteration, _static_graph_outcome(iterations, per_iteration))
+    static = _first(per_iteration, _static_graph_outcome(iterations))
     guarded = _first(per_iteration, lambda line: HANGS if line['outcome'] == HANGS else OK)
     return dict(world_size=world_size, iterations=len(iterations), plain_ddp=plain,
                 static_graph=static, guarded_ddp=guarded, per_iteration=per_iteration,
@@ -72,7 +72,7 @@ def _skipped_collectives(it: SimulatedIteration, types: Dict[str, str],
     return entries
 
 
-def _static_graph_outcome(iterations: Sequence[SimulatedIteration], per_iteration: List[Dict]):
+def _static_graph_outcome(iterations: Sequence[SimulatedIteration]):
     first_sets = iterations[0].unused_per_rank if iterations else ()
 
     def outcome(line: Dict) -> str:
@@ -118,9 +118,10 @@ def prediction_text(prediction: Dict, table: ParamTable, max_rows: int = 20,
     for entry in _first_per_module(prediction['forward_collectives_skipped']):
         where = (f'; change {entry["config_key"]} (e.g. dict(type=\'BN\') or '
                  'dict(type=\'GN\', num_groups=...))' if entry['config_key'] else '')
-        lines.append(f'  {entry["module"]} ({entry["type"]}) first ran on rank(s) '
+        lines.append(f'  {entry["module"]} ({entry["type"]}) ran on rank(s) '
                      f'{_ranks(entry["ranks_ran"])} and not on rank(s) '
-                     f'{_ranks(entry["ranks_skipped"])} in iteration {entry["iter"]}{where}.')
+                     f'{_ranks(entry["ranks_skipped"])}, first in iteration '
+                     f'{entry["iter"]}{where}.')
     static = prediction['static_graph']
     lines.append('static_graph=True: ' + (
         'trains (every rank keeps its first iteration\'s unused set).'

@@ -72,7 +72,7 @@ def test_sync_batchnorm_in_the_skipped_refiner_predicts_hangs(tmp_path, capsys):
         ranks_ran=[1, 2, 3], calls_per_rank=[0, 1, 1, 1],
         config_key='model.refiner_norm_cfg')
     out = capsys.readouterr().out
-    assert 'refiner.1 (SyncBatchNorm) first ran on rank(s) 1, 2, 3 and not on rank(s) 0 ' \
+    assert 'refiner.1 (SyncBatchNorm) ran on rank(s) 1, 2, 3 and not on rank(s) 0, first ' \
         'in iteration 0; change model.refiner_norm_cfg' in out
     assert 'No DDP option helps, GuardedDDP included' in out
 
