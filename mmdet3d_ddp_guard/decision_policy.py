@@ -8,6 +8,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple, Union
 
+from .ddp_outcome import FAILS, outcome_line
 from .param_table import ParamTable
 from .usage_record import IterationUsage, UsageStatistics
 
@@ -159,7 +160,8 @@ class DecisionPolicy:
     parameters, and the cheapest of the correct ones), but the decision is re-issued, with its
     evidence, whenever the situation changes class: the first unused parameters; the unused
     set starting to change between iterations (a static graph would now fail); the ranks
-    disagreeing (plain DDP would now hang, not just fail). With an explicit request the mode
+    disagreeing (plain DDP's ranks that used the parameters would now wait in the all-reduce
+    while the others fail). With an explicit request the mode
     is the user's and only the evidence is reported.
 
     Args:
@@ -198,19 +200,17 @@ class DecisionPolicy:
     @staticmethod
     def _reason(situation: str, statistics: UsageStatistics, previous: Decision) -> str:
         first = statistics.first_unused_iteration
+        fails = outcome_line(FAILS, first)
         consequence = {
-            'constant': f'parameters went unused from iteration {first} on. Plain DDP '
-                        '(find_unused_parameters=False) would fail at the next forward',
-            'changing': 'the set of unused parameters changes between iterations. '
-                        'static_graph=True would fail, and plain DDP failed at iteration '
-                        f'{first}',
+            'constant': f'parameters went unused from iteration {first} on: {fails}',
+            'changing': 'the set of unused parameters changes between iterations, so '
+                        f'static_graph=True would fail too; {fails}',
             'rank_dependent': 'ranks disagree on which parameters are unused in the same '
-                              'iteration. Plain DDP would hang the ranks that used them '
-                              'until the collective times out',
+                              f'iteration: {fails}',
         }[situation]
         if previous.mode == COMPLETE:
-            return consequence + '; completion keeps training correct. Mode unchanged.'
-        return consequence + f'; the requested mode {previous.mode!r} is kept.'
+            return consequence + ' Completion keeps training correct; mode unchanged.'
+        return consequence + f' The requested mode {previous.mode!r} is kept.'
 
 
 def evidence_lines(usage: IterationUsage, statistics: UsageStatistics,
@@ -244,9 +244,11 @@ def recommended_setting(statistics: UsageStatistics) -> Tuple[str, str]:
         return guarded, ('no parameter went unused: plain DDP (find_unused_parameters=False) '
                          'would train this too; GuardedDDP costs next to nothing here and '
                          'keeps the run alive if a rare batch skips a branch later.')
-    if (statistics.iterations_with_unused == statistics.iterations_seen
-            and not statistics.set_changes and not statistics.iterations_ranks_differ):
-        return guarded, ('the same parameters went unused in every iteration on every rank: '
+    # DDP's static graph keeps each rank's first unused set: ranks may differ, but not
+    # change (a real 4-rank run of tests/test_check_world_size.py trains so).
+    if statistics.iterations_with_unused == statistics.iterations_seen \
+            and not statistics.set_changes:
+        return guarded, ('the same parameters went unused in every iteration on each rank: '
                          'DDP static_graph=True would also work, until the set changes; '
                          'plain DDP fails.')
     return guarded, ('the unused set changes between iterations or ranks: plain DDP fails '

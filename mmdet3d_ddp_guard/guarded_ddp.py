@@ -14,6 +14,7 @@ from .cpu_launch import drop_device_ids_for_cpu_module
 from .decision_policy import (COMPLETE, STATIC_GRAPH, STRICT, Decision, DecisionPolicy,
                               FIND_UNUSED, not_given, resolve_request)
 from .errors import static_graph_changed_error, unused_parameters_error
+from .forward_collectives import warn_forward_collectives
 from .unused_counts_comm_hook import UnusedCountsState, allreduce_with_unused_counts
 from .usage_record import IterationUsage, ParamUsageRecord
 
@@ -124,6 +125,8 @@ class GuardedDDP(MMDistributedDataParallel):
         requested, source = resolve_request(find_unused_parameters, config_value,
                                             built_by_runner=runner is not None)
         policy = DecisionPolicy(requested, source, static_graph)
+        # Before DDP's own checks, which refuse torch's SyncBatchNorm on the CPU.
+        warn_forward_collectives(module)
         drop_device_ids_for_cpu_module(module, kwargs)
         super().__init__(
             module=module,

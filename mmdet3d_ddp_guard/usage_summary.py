@@ -5,6 +5,7 @@ import textwrap
 from collections import OrderedDict
 from typing import Dict, List, Optional
 
+from .ddp_outcome import FAILS, OK, outcome_line
 from .decision_policy import recommended_setting
 from .param_table import format_rows, owner_of
 from .usage_record import UsageStatistics
@@ -25,6 +26,8 @@ def summary_dict(table, statistics: UsageStatistics, world_size: int) -> Dict:
         unused_set_changes=statistics.set_changes,
         verdict=dict(
             plain_ddp_fails=first is not None,
+            # A live run sees unused parameters, never a hang (it would be hanging).
+            plain_ddp_outcome=OK if first is None else FAILS,
             plain_ddp_first_failure_iteration=first,
             recommended_setting=setting,
             why=why),
@@ -39,9 +42,11 @@ def summary_dict(table, statistics: UsageStatistics, world_size: int) -> Dict:
 
 def summary_text(summary: Dict) -> str:
     verdict = summary['verdict']
+    outcome = verdict['plain_ddp_outcome']
     if verdict['plain_ddp_fails']:
+        first = verdict['plain_ddp_first_failure_iteration']
         fails = (f'YES: plain DDP (find_unused_parameters=False) would have failed at '
-                 f'iteration {verdict["plain_ddp_first_failure_iteration"]}.')
+                 f'iteration {first}. {outcome_line(outcome, first)}')
     else:
         fails = 'no: plain DDP (find_unused_parameters=False) would not have failed.'
     lines = [

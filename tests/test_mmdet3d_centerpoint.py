@@ -10,6 +10,7 @@ import os.path as osp
 
 import pytest
 
+from mmdet3d_ddp_guard.__main__ import main
 from mmdet3d_ddp_guard.cli.demo import REPO_CONFIGS, logged_blocks, plain_ddp_options
 from mmdet3d_ddp_guard.examples.tiny_nuscenes import make_tiny_nuscenes
 from mmdet3d_ddp_guard.launch import torchrun_train
@@ -35,8 +36,24 @@ def _train(data_root, work_dir, *options):
         f'train_dataloader.dataset.data_root={data_root}', *options])
 
 
-def test_guarded_ddp_trains_centerpoint_with_the_gated_refiner(data_root, tmp_path):
-    run = _train(data_root, tmp_path)
+@pytest.fixture(scope='module')
+def guarded_run(data_root, tmp_path_factory):
+    """One real 2-rank GuardedDDP run, read by the tests below: (run, its work dir)."""
+    work_dir = tmp_path_factory.mktemp('guarded')
+    return _train(data_root, work_dir), work_dir
+
+
+def _hook_unused(work_dir):
+    """UnusedParamsHook's per-iteration file as parameter names, [iteration][rank]."""
+    with open(work_dir / 'unused_params_table.json') as f:
+        names = {entry['id']: entry['name'] for entry in json.load(f)}
+    with open(work_dir / 'unused_params.jsonl') as f:
+        return [[sorted(names[i] for i in ids) for ids in json.loads(line)['unused_per_rank']]
+                for line in f]
+
+
+def test_guarded_ddp_trains_centerpoint_with_the_gated_refiner(guarded_run):
+    run, work_dir = guarded_run
     assert run.returncode == 0 and not run.timed_out, run.output[-3000:]
 
     iteration_lines = [line for line in run.output.splitlines() if 'Iter(train) [' in line]
@@ -47,13 +64,30 @@ def test_guarded_ddp_trains_centerpoint_with_the_gated_refiner(data_root, tmp_pa
     assert 'refiner.0 (Conv2d): weight' in hook_log
     assert 'refiner.1 (BatchNorm2d): weight, bias' in hook_log
 
-    with open(tmp_path / 'unused_params_table.json') as f:
-        names = {entry['id']: entry['name'] for entry in json.load(f)}
-    with open(tmp_path / 'unused_params.jsonl') as f:
-        unused = [[sorted(names[i] for i in ids) for ids in json.loads(line)['unused_per_rank']]
-                  for line in f]
     refiner = sorted(REFINER)
-    assert unused == [[[], refiner], [refiner, []], [[], refiner], [refiner, []]]
+    assert _hook_unused(work_dir) == [[[], refiner], [refiner, []], [[], refiner],
+                                      [refiner, []]]
+
+
+@pytest.mark.timeout(400)  # 8 CenterPoint steps in one process (2 ranks x 4 iterations)
+def test_check_at_2_ranks_agrees_with_the_real_run_iteration_by_iteration(
+        data_root, guarded_run, tmp_path):
+    run, work_dir = guarded_run
+    assert run.returncode == 0, run.output[-3000:]
+    prediction_path = tmp_path / 'prediction.json'
+    code = main(['check', CONFIG, '--world-size', '2', '--iters', '4', '--json',
+                 str(prediction_path), '--work-dir', str(tmp_path), '--cfg-options',
+                 f'train_dataloader.dataset.data_root={data_root}'])
+    with open(prediction_path) as f:
+        prediction = json.load(f)
+    assert [[sorted(names) for names in line['unused_per_rank']]
+            for line in prediction['per_iteration']] == _hook_unused(work_dir)
+    # Which rank runs the refiner alternates: plain DDP fails at once, a static graph at
+    # the second iteration; GuardedDDP trains it (as the real run did).
+    assert code == 1
+    assert prediction['plain_ddp'] == dict(outcome='fails', first_iteration=0)
+    assert prediction['static_graph'] == dict(outcome='fails', first_iteration=1)
+    assert prediction['guarded_ddp'] == dict(outcome='ok', first_iteration=None)
 
 
 def test_plain_ddp_dies_with_the_real_error(data_root, tmp_path):

@@ -1,0 +1,24 @@
+"""The live side (UnusedParamsHook's summary, GuardedDDP's decision) and `check` name plain
+DDP's outcome in the same words (mmdet3d_ddp_guard.ddp_outcome)."""
+from mmdet3d_ddp_guard.ddp_outcome import FAILS, outcome_line
+from mmdet3d_ddp_guard.decision_policy import DecisionPolicy
+from mmdet3d_ddp_guard.examples import ToyDetector
+from mmdet3d_ddp_guard.param_table import ParamTable
+from mmdet3d_ddp_guard.usage_record import IterationUsage, UsageStatistics
+from mmdet3d_ddp_guard.usage_summary import summary_dict, summary_text
+
+
+def test_hook_summary_and_decision_say_fails_as_check_does():
+    table = ParamTable(ToyDetector('rank_dependent'))
+    statistics = UsageStatistics(len(table))
+    # Rank 1 left the branch unused in iteration 0, rank 0 did not.
+    branch = (table.names.index('branch.weight'), table.names.index('branch.bias'))
+    usage = IterationUsage(0, 0, (), ((), branch))
+    statistics.update(usage)
+    words = outcome_line(FAILS, 0)
+    summary = summary_dict(table, statistics, world_size=2)
+    assert summary['verdict']['plain_ddp_outcome'] == FAILS
+    assert words in summary_text(summary)
+    decision = DecisionPolicy('auto', 'default', static_graph=False).observe(
+        usage, statistics, table)
+    assert words in decision.reason and 'hangs' not in decision.reason
