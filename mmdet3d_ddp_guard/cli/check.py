@@ -121,8 +121,7 @@ def main(args: argparse.Namespace) -> int:
     os.makedirs(work_dir, exist_ok=True)
     history = [dict(iter=it.iteration, unused_per_rank=[list(ids) for ids in it.unused_per_rank])
                for it in simulation.iterations]
-    paths = write_summary(work_dir, 'unused_params', table, simulation.record.statistics,
-                          args.world_size, history, plot=False)
+    paths = write_summary(work_dir, 'unused_params', summary, table, history, plot=False)
     png = args.png or (osp.join(work_dir, 'ddp_prediction.png')
                        if len(history) > MAX_TABLE_ROWS else None)
     for path, write in ((args.json, write_json), (png, plot_prediction)):
