@@ -46,12 +46,12 @@ def build_optim_wrapper(model, optimizer: str, accumulative_counts: int = 1,
 
 def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer: str,
               steps: int = 6, accumulative_counts: int = 1, amp: bool = False,
-              wrapper_kwargs: Dict = None) -> Dict:
+              wrapper_kwargs: Dict = None, model_kwargs: Dict = None) -> Dict:
     """Trains a ToyDetector and returns its parameters, optimizer state and, for GuardedDDP,
     the per-iteration usage it recorded."""
     torch.manual_seed(0)
     device = torch.device('cuda', 0) if torch.cuda.is_available() else torch.device('cpu')
-    model = ToyDetector(pattern).to(device)
+    model = ToyDetector(pattern, **(model_kwargs or {})).to(device)
     kwargs = dict(wrapper_kwargs or {})
     if wrapper == 'guarded':
         ddp = GuardedDDP(model, **kwargs)
@@ -78,10 +78,16 @@ def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer:
                   for i in range(steps)])
 
 
-def train_guarded_and_reference(rank: int, world_size: int, **case) -> Dict:
-    """The same case under GuardedDDP('auto') and under DDP find_unused_parameters=True."""
+def train_guarded_and_reference(rank: int, world_size: int,
+                                reference_model_kwargs: Dict = None, **case) -> Dict:
+    """The same case under GuardedDDP('auto') and under DDP find_unused_parameters=True;
+    ``reference_model_kwargs`` replace the model's options for DDP's run (e.g. a
+    checkpointing mode that DDP's graph search can train)."""
+    reference_case = dict(case)
+    if reference_model_kwargs is not None:
+        reference_case['model_kwargs'] = reference_model_kwargs
     return dict(guarded=train_toy(rank, world_size, 'guarded', **case),
-                reference=train_toy(rank, world_size, 'ddp_find_unused', **case))
+                reference=train_toy(rank, world_size, 'ddp_find_unused', **reference_case))
 
 
 def toy_runner_cfg(work_dir: str, pattern: str, wrapper: Dict = None, max_iters: int = 6,
