@@ -1,6 +1,7 @@
-"""The comparison every equivalence test makes: GuardedDDP's run against DDP's graph search
+"""The comparisons the tests share: GuardedDDP's run against DDP's graph search
 (find_unused_parameters=True) on the same ranks, as returned by
-``scenarios.train_guarded_and_reference``."""
+``scenarios.train_guarded_and_reference``; and UnusedParamsHook's per-iteration file
+against the truth the model states, as returned by ``scenarios.train_toy_runner``."""
 import torch
 
 
@@ -37,3 +38,16 @@ def assert_trains_like_graph_search(results):
                            f'rank {rank} optimizer state')
     for other in results[1:]:
         torch.testing.assert_close(results[0]['guarded']['params'], other['guarded']['params'])
+
+
+def named_unused(result, line):
+    """The unused parameters of one line of the hook's JSONL, by name, per rank."""
+    return [sorted(result['names'][i] for i in ids) for ids in line['unused_per_rank']]
+
+
+def assert_hook_matches_truth(result, iterations: int = 6):
+    """Every iteration exactly once, in order, and on every rank exactly the parameters the
+    model left unused."""
+    assert [line['iter'] for line in result['lines']] == list(range(iterations))
+    for line, truth in zip(result['lines'], result['truth']):
+        assert named_unused(result, line) == truth, f'iteration {line["iter"]}'

@@ -71,6 +71,8 @@ def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer:
                           for ids in last.per_rank_unused])
     return dict(
         params={name: p.detach().cpu().clone() for name, p in model.named_parameters()},
+        # Graphs that torch.compile captured in this process (Runner's compile=).
+        compiled_graphs=torch._dynamo.utils.counters['stats']['unique_graphs'],
         optimizer_state=optim_wrapper.optimizer.state_dict(),
         usage=usage,
         decision=ddp.decision.mode if wrapper == 'guarded' else None,
@@ -118,17 +120,23 @@ def toy_runner_cfg(work_dir: str, pattern: str, wrapper: Dict = None, max_iters:
 
 
 def train_toy_runner(rank: int, world_size: int, work_dir: str, pattern: str,
-                     wrapper: Dict = None, **cfg_extra) -> Dict:
-    """Trains through a real Runner on this rank; returns what the hook saw and wrote."""
+                     wrapper: Dict = None, flexible: bool = False, **cfg_extra) -> Dict:
+    """Trains through a real Runner on this rank; returns what the hook saw and wrote.
+
+    With ``flexible``, through MMEngine's FlexibleRunner, whose DDPStrategy builds
+    ``wrapper`` as its ``model_wrapper``.
+    """
     import json
     import os.path as osp
 
     from mmengine.config import Config
-    from mmengine.runner import Runner
+    from mmengine.runner import FlexibleRunner, Runner
 
     from mmdet3d_ddp_guard import UnusedParamsHook
-    runner = Runner.from_cfg(Config(toy_runner_cfg(work_dir, pattern, wrapper,
-                                                   distributed=world_size > 1, **cfg_extra)))
+    cfg = toy_runner_cfg(work_dir, pattern, wrapper, distributed=world_size > 1, **cfg_extra)
+    if flexible:
+        cfg['strategy'] = dict(type='DDPStrategy', model_wrapper=cfg.pop('model_wrapper_cfg'))
+    runner = (FlexibleRunner if flexible else Runner).from_cfg(Config(cfg))
     runner.train()
     hook = next(h for h in runner.hooks if isinstance(h, UnusedParamsHook))
     model = runner.model.module if hasattr(runner.model, 'module') else runner.model
@@ -142,6 +150,10 @@ def train_toy_runner(rank: int, world_size: int, work_dir: str, pattern: str,
                for line in lines],
         statistics=record.statistics.state_dict(),
         record_is_wrappers=record is getattr(runner.model, 'usage_record', None),
+        decision=getattr(getattr(runner.model, 'decision', None), 'mode', None),
+        params={name: p.detach().cpu().clone() for name, p in model.named_parameters()},
+        # Graphs that torch.compile captured in this process (Runner's compile=).
+        compiled_graphs=torch._dynamo.utils.counters['stats']['unique_graphs'],
         post_accumulate_hooks=[len(p._post_accumulate_grad_hooks or {})
                                for p in model.parameters()],
         scalar=runner.message_hub.get_scalar('train/unused_params').data[0].tolist())

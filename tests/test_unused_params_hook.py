@@ -5,6 +5,7 @@ import os.path as osp
 import pytest
 
 from tests.dist_utils import DistributedRunError, run_distributed
+from tests.equivalence import assert_hook_matches_truth
 from tests.scenarios import train_toy_runner
 
 PATTERNS = ['dead_layer', 'skip_odd', 'rank_dependent', 'output_not_in_loss']
@@ -14,23 +15,13 @@ WRAPPERS = {
 }
 
 
-def _named(result, line):
-    return [sorted(result['names'][i] for i in ids) for ids in line['unused_per_rank']]
-
-
-def _assert_matches_truth(result):
-    assert [line['iter'] for line in result['lines']] == list(range(6))
-    for line, truth in zip(result['lines'], result['truth']):
-        assert _named(result, line) == truth, f'iteration {line["iter"]}'
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize('wrapper', sorted(WRAPPERS))
 @pytest.mark.parametrize('pattern', PATTERNS)
 def test_two_ranks_report_exactly_the_truth(tmp_path, wrapper, pattern):
     results = run_distributed(train_toy_runner, str(tmp_path), pattern, WRAPPERS[wrapper])
     result = results[0]
-    _assert_matches_truth(result)
+    assert_hook_matches_truth(result)
     # Only rank 0 writes; every rank accumulated the same gathered record.
     assert results[1]['statistics'] == result['statistics']
     assert result['statistics']['iterations_seen'] == 6
@@ -44,7 +35,7 @@ def test_two_ranks_report_exactly_the_truth(tmp_path, wrapper, pattern):
 
 def test_single_process_predicts_the_multi_gpu_failure(tmp_path):
     result = train_toy_runner(0, 1, str(tmp_path), 'skip_odd')
-    _assert_matches_truth(result)
+    assert_hook_matches_truth(result)
     with open(osp.join(tmp_path, 'unused_params_summary.json')) as f:
         summary = json.load(f)
     assert summary['verdict']['plain_ddp_fails'] is True
