@@ -82,9 +82,10 @@ def test_pointpillars_trains_under_guarded_ddp(kitti_root, tmp_path):
 def test_smoke_trains_under_guarded_ddp(kitti_root, tmp_path):
     run = _train_smoke(kitti_root, tmp_path)
     assert run.returncode == 0, run.output[-3000:]
-    # mmdet3d's `find_unused_parameters = True` is deleted by the config: GuardedDDP chooses.
-    assert "mode='complete' (requested find_unused_parameters='auto', from default)" \
-        in run.output
+    # mmdet3d's `find_unused_parameters = True` is overridden by the config's own
+    # `find_unused_parameters = 'auto'`: GuardedDDP chooses.
+    assert ("mode='complete' (requested find_unused_parameters='auto', from config "
+            'top-level find_unused_parameters)') in run.output
     assert 'Iter(train) [4/4]' in run.output
     assert 'unused_params: 6' in run.output
     summary = (tmp_path / 'unused_params_summary.txt').read_text()

@@ -58,10 +58,7 @@ def test_no_unused_parameters_means_plain_ddp_would_work(tmp_path):
     assert verdict['plain_ddp_fails'] is False
 
 
-def test_statistics_survive_checkpoint_and_resume(tmp_path, monkeypatch):
-    # mmengine 0.10.7 checkpoints hold HistoryBuffer objects that torch >= 2.6 refuses to
-    # load with weights_only=True (see README, Limits).
-    monkeypatch.setenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
+def test_statistics_survive_checkpoint_and_resume(tmp_path):
     whole = train_toy_runner(0, 1, str(tmp_path / 'whole'), 'skip_odd', max_iters=8)
     resumed_dir = str(tmp_path / 'resumed')
     # Iterations 0-4 run; the checkpoint holds 0-3, so line 4 is written twice: once before
