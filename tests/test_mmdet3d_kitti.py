@@ -13,7 +13,6 @@ import pytest
 pytest.importorskip('mmdet3d')
 
 from mmdet3d_ddp_guard.cli.demo import REPO_CONFIGS, plain_ddp_options  # noqa: E402
-from mmdet3d_ddp_guard.examples.tiny_kitti import make_tiny_kitti  # noqa: E402
 from mmdet3d_ddp_guard.launch import torchrun_train  # noqa: E402
 
 POINTPILLARS = osp.join(REPO_CONFIGS, 'pointpillars',
@@ -22,13 +21,6 @@ SMOKE = osp.join(REPO_CONFIGS, 'smoke', 'smoke_dla34_dlaneck_gn-all_tiny-kitti-m
 SMOKE_UNUSED = ('backbone.level3.project.0.weight', 'backbone.level3.project.1.weight',
                 'backbone.level3.project.1.bias', 'backbone.level4.project.0.weight',
                 'backbone.level4.project.1.weight', 'backbone.level4.project.1.bias')
-
-
-@pytest.fixture(scope='module')
-def kitti_root(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp('tiny_kitti'))
-    make_tiny_kitti(root)
-    return root
 
 
 def _train(config, data_root_key, kitti_root, work_dir, *options):
