@@ -48,6 +48,9 @@ MODE_EXPLANATIONS = {
 
 _SENTINEL = object()
 
+#: Source of a request written as the config's top-level ``find_unused_parameters``.
+CONFIG_TOP_LEVEL = 'config top-level find_unused_parameters'
+
 
 def not_given():
     """Default of GuardedDDP's ``find_unused_parameters``: "the user did not write it"."""
@@ -95,7 +98,7 @@ def resolve_request(wrapper_value, config_value=_SENTINEL,
         return wrapper_value, (f'GuardedDDP(find_unused_parameters={wrapper_value!r}) '
                                'in Python')
     if config_value is not _SENTINEL:
-        return config_value, 'config top-level find_unused_parameters'
+        return config_value, CONFIG_TOP_LEVEL
     return AUTO, 'default'
 
 
@@ -140,9 +143,17 @@ def initial_decision(requested, source: str, static_graph: bool) -> Decision:
         return Decision(STATIC_GRAPH, requested, source + ' + static_graph=True',
                         'static_graph=True was written; it is honoured.')
     if requested is True:
+        if source == CONFIG_TOP_LEVEL:
+            # Often inherited from mmdet3d (SMOKE's config among others); a config cannot
+            # delete an inherited key, only override it. No spaces in the line: the
+            # message is wrapped at spaces and the line must stay whole.
+            how = ("To let GuardedDDP choose, add this line to your config: "
+                   "find_unused_parameters='auto' (it also overrides a True inherited from "
+                   'an mmdet3d config).')
+        else:
+            how = "Remove it (or write 'auto') to let GuardedDDP choose."
         return Decision(FIND_UNUSED, requested, source,
-                        'find_unused_parameters=True was written; it is honoured. Remove it '
-                        "(or write 'auto') to let GuardedDDP choose.")
+                        f'find_unused_parameters=True was written; it is honoured. {how}')
     if requested is False:
         return Decision(STRICT, requested, source,
                         'find_unused_parameters=False was written; it is honoured.')

@@ -70,7 +70,9 @@ class TrainRun:
 def torchrun_train(config: str, work_dir: str, nproc: int = 2,
                    cfg_options: Sequence[str] = (), timeout: Optional[float] = None,
                    env: Optional[dict] = None,
-                   stop_when: Optional[Callable[[], bool]] = None) -> TrainRun:
+                   stop_when: Optional[Callable[[], bool]] = None,
+                   torchrun_args: Optional[Sequence[str]] = None,
+                   train_args: Sequence[str] = ()) -> TrainRun:
     """``torchrun --nproc_per_node N mmdet3d/tools/train.py CONFIG --launcher pytorch``.
 
     Output of all ranks is captured; a run that exceeds ``timeout`` is killed and reported
@@ -78,10 +80,18 @@ def torchrun_train(config: str, work_dir: str, nproc: int = 2,
     (polled twice a second) the run is killed as a preempted job is, SIGKILL to torchrun and
     every worker (:func:`kill_process_tree`), as soon as ``stop_when()`` returns True, and
     reported as stopped.
+
+    Args:
+        torchrun_args (list[str], optional): torchrun's options besides
+            ``--nproc_per_node`` (e.g. ``--nnodes``, ``--rdzv-endpoint``,
+            ``--max-restarts``). Defaults to a free ``--master_port`` on this machine.
+        train_args (list[str]): More options of ``tools/train.py`` (e.g. ``--resume``).
     """
+    if torchrun_args is None:
+        torchrun_args = [f'--master_port={free_port()}']
     command = [sys.executable, '-m', 'torch.distributed.run', f'--nproc_per_node={nproc}',
-               f'--master_port={free_port()}', mmdet3d_train_script(), config,
-               '--launcher', 'pytorch', '--work-dir', work_dir]
+               *torchrun_args, mmdet3d_train_script(), config,
+               '--launcher', 'pytorch', '--work-dir', work_dir, *train_args]
     if cfg_options:
         command += ['--cfg-options', *cfg_options]
     start = time.monotonic()

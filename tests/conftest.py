@@ -12,3 +12,12 @@ def single_rank_group():
     dist.init_process_group('gloo', rank=0, world_size=1)
     yield
     dist.destroy_process_group()
+
+
+@pytest.fixture(scope='session')
+def kitti_root(tmp_path_factory):
+    """Tiny KITTI data in mmdet3d's format (``examples.tiny_kitti``), written once."""
+    from mmdet3d_ddp_guard.examples.tiny_kitti import make_tiny_kitti
+    root = str(tmp_path_factory.mktemp('tiny_kitti'))
+    make_tiny_kitti(root)
+    return root

@@ -47,12 +47,13 @@ def build_optim_wrapper(model, optimizer: str, accumulative_counts: int = 1,
 
 def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer: str,
               steps: int = 6, accumulative_counts: int = 1, amp: bool = False,
-              wrapper_kwargs: Dict = None, dtype: torch.dtype = torch.float32) -> Dict:
+              wrapper_kwargs: Dict = None, dtype: torch.dtype = torch.float32,
+              model_kwargs: Dict = None) -> Dict:
     """Trains a ToyDetector and returns its parameters, optimizer state and, for GuardedDDP,
     the per-iteration usage it recorded."""
     torch.manual_seed(0)
     device = torch.device('cuda', 0) if torch.cuda.is_available() else torch.device('cpu')
-    model = ToyDetector(pattern).to(device, dtype)
+    model = ToyDetector(pattern, **(model_kwargs or {})).to(device, dtype)
     kwargs = dict(wrapper_kwargs or {})
     if wrapper == 'guarded':
         ddp = GuardedDDP(model, **kwargs)
@@ -76,6 +77,8 @@ def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer:
         ddp.usage_record.exchange()
     return dict(
         params={name: p.detach().cpu().clone() for name, p in model.named_parameters()},
+        # Graphs that torch.compile captured in this process (Runner's compile=).
+        compiled_graphs=torch._dynamo.utils.counters['stats']['unique_graphs'],
         optimizer_state=optim_wrapper.optimizer.state_dict(),
         usage=usage,
         decision=ddp.decision.mode if wrapper == 'guarded' else None,
@@ -84,8 +87,10 @@ def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer:
 
 
 def train_guarded_and_reference(rank: int, world_size: int, separate_counts: bool = False,
-                                **case) -> Dict:
-    """The same case under GuardedDDP('auto') and under DDP find_unused_parameters=True.
+                                reference_model_kwargs: Dict = None, **case) -> Dict:
+    """The same case under GuardedDDP('auto') and under DDP find_unused_parameters=True;
+    ``reference_model_kwargs`` replace the model's options for DDP's run (e.g. a
+    checkpointing mode that DDP's graph search can train).
 
     ``separate_counts``: make the bucket dtype count no rank exactly, so that the counts take
     the path of more ranks than the dtype can count (their own float32 all-reduce).
@@ -93,8 +98,11 @@ def train_guarded_and_reference(rank: int, world_size: int, separate_counts: boo
     if separate_counts:
         from mmdet3d_ddp_guard import unused_counts_comm_hook
         unused_counts_comm_hook._EXACT_INTEGERS[case.get('dtype', torch.float32)] = 0
+    reference_case = dict(case)
+    if reference_model_kwargs is not None:
+        reference_case['model_kwargs'] = reference_model_kwargs
     return dict(guarded=train_toy(rank, world_size, 'guarded', **case),
-                reference=train_toy(rank, world_size, 'ddp_find_unused', **case))
+                reference=train_toy(rank, world_size, 'ddp_find_unused', **reference_case))
 
 
 def toy_runner_cfg(work_dir: str, pattern: str, wrapper: Dict = None, max_iters: int = 6,
@@ -126,17 +134,23 @@ def toy_runner_cfg(work_dir: str, pattern: str, wrapper: Dict = None, max_iters:
 
 
 def train_toy_runner(rank: int, world_size: int, work_dir: str, pattern: str,
-                     wrapper: Dict = None, **cfg_extra) -> Dict:
-    """Trains through a real Runner on this rank; returns what the hook saw and wrote."""
+                     wrapper: Dict = None, flexible: bool = False, **cfg_extra) -> Dict:
+    """Trains through a real Runner on this rank; returns what the hook saw and wrote.
+
+    With ``flexible``, through MMEngine's FlexibleRunner, whose DDPStrategy builds
+    ``wrapper`` as its ``model_wrapper``.
+    """
     import json
     import os.path as osp
 
     from mmengine.config import Config
-    from mmengine.runner import Runner
+    from mmengine.runner import FlexibleRunner, Runner
 
     from mmdet3d_ddp_guard import UnusedParamsHook
-    runner = Runner.from_cfg(Config(toy_runner_cfg(work_dir, pattern, wrapper,
-                                                   distributed=world_size > 1, **cfg_extra)))
+    cfg = toy_runner_cfg(work_dir, pattern, wrapper, distributed=world_size > 1, **cfg_extra)
+    if flexible:
+        cfg['strategy'] = dict(type='DDPStrategy', model_wrapper=cfg.pop('model_wrapper_cfg'))
+    runner = (FlexibleRunner if flexible else Runner).from_cfg(Config(cfg))
     runner.train()
     hook = next(h for h in runner.hooks if isinstance(h, UnusedParamsHook))
     model = runner.model.module if hasattr(runner.model, 'module') else runner.model
@@ -150,6 +164,10 @@ def train_toy_runner(rank: int, world_size: int, work_dir: str, pattern: str,
                for line in lines],
         statistics=record.statistics.state_dict(),
         record_is_wrappers=record is getattr(runner.model, 'usage_record', None),
+        decision=getattr(getattr(runner.model, 'decision', None), 'mode', None),
+        params={name: p.detach().cpu().clone() for name, p in model.named_parameters()},
+        # Graphs that torch.compile captured in this process (Runner's compile=).
+        compiled_graphs=torch._dynamo.utils.counters['stats']['unique_graphs'],
         post_accumulate_hooks=[len(p._post_accumulate_grad_hooks or {})
                                for p in model.parameters()],
         scalar=runner.message_hub.get_scalar('train/unused_params').data[0].tolist())

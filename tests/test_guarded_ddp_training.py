@@ -1,9 +1,9 @@
 """GuardedDDP('auto') on 2 gloo ranks: never fails or hangs, and trains exactly as DDP's
 graph search (find_unused_parameters=True) does, for each pattern of unused parameters."""
 import pytest
-import torch
 
 from tests.dist_utils import run_distributed
+from tests.equivalence import assert_trains_like_graph_search
 from tests.scenarios import train_guarded_and_reference
 
 CASES = {
@@ -33,41 +33,13 @@ CASES = {
 }
 
 
-def _assert_state_equal(actual, expected, where):
-    if isinstance(expected, dict):
-        assert actual.keys() == expected.keys(), where
-        for key in expected:
-            _assert_state_equal(actual[key], expected[key], f'{where}.{key}')
-    elif isinstance(expected, (list, tuple)):
-        assert len(actual) == len(expected), where
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            _assert_state_equal(a, e, f'{where}[{i}]')
-    elif isinstance(expected, torch.Tensor):
-        assert torch.allclose(actual, expected, atol=1e-6, rtol=0), where
-    else:
-        assert actual == expected, where
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize('optimizer', ['sgd', 'adamw'])
 @pytest.mark.parametrize('case', sorted(CASES))
 def test_trains_like_find_unused_parameters(case, optimizer):
     results = run_distributed(train_guarded_and_reference, optimizer=optimizer,
                               **CASES[case])
-    for rank, result in enumerate(results):
-        guarded, reference = result['guarded'], result['reference']
-        assert guarded['decision'] == 'complete'
-        # The recorded usage is the truth the model states, on every rank.
-        assert guarded['usage'] == guarded['expected']
-        for name, value in reference['params'].items():
-            assert torch.allclose(guarded['params'][name], value, atol=1e-6, rtol=0), \
-                f'rank {rank}: {name} differs from the find_unused_parameters=True run'
-        # Optimizer state covers momentum buffers, Adam moments and per-parameter step
-        # counts: a parameter that no rank used must have been skipped (grad None).
-        _assert_state_equal(guarded['optimizer_state'], reference['optimizer_state'],
-                            f'rank {rank} optimizer state')
-    for other in results[1:]:
-        torch.testing.assert_close(results[0]['guarded']['params'], other['guarded']['params'])
+    assert_trains_like_graph_search(results)
 
 
 @pytest.mark.timeout(300)

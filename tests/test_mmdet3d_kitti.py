@@ -13,7 +13,6 @@ import pytest
 pytest.importorskip('mmdet3d')
 
 from mmdet3d_ddp_guard.cli.demo import REPO_CONFIGS, plain_ddp_options  # noqa: E402
-from mmdet3d_ddp_guard.examples.tiny_kitti import make_tiny_kitti  # noqa: E402
 from mmdet3d_ddp_guard.launch import torchrun_train  # noqa: E402
 
 POINTPILLARS = osp.join(REPO_CONFIGS, 'pointpillars',
@@ -22,13 +21,6 @@ SMOKE = osp.join(REPO_CONFIGS, 'smoke', 'smoke_dla34_dlaneck_gn-all_tiny-kitti-m
 SMOKE_UNUSED = ('backbone.level3.project.0.weight', 'backbone.level3.project.1.weight',
                 'backbone.level3.project.1.bias', 'backbone.level4.project.0.weight',
                 'backbone.level4.project.1.weight', 'backbone.level4.project.1.bias')
-
-
-@pytest.fixture(scope='module')
-def kitti_root(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp('tiny_kitti'))
-    make_tiny_kitti(root)
-    return root
 
 
 def _train(config, data_root_key, kitti_root, work_dir, *options):
@@ -82,9 +74,10 @@ def test_pointpillars_trains_under_guarded_ddp(kitti_root, tmp_path):
 def test_smoke_trains_under_guarded_ddp(kitti_root, tmp_path):
     run = _train_smoke(kitti_root, tmp_path)
     assert run.returncode == 0, run.output[-3000:]
-    # mmdet3d's `find_unused_parameters = True` is deleted by the config: GuardedDDP chooses.
-    assert "mode='complete' (requested find_unused_parameters='auto', from default)" \
-        in run.output
+    # mmdet3d's `find_unused_parameters = True` is overridden by the config's own
+    # `find_unused_parameters = 'auto'`: GuardedDDP chooses.
+    assert ("mode='complete' (requested find_unused_parameters='auto', from config "
+            'top-level find_unused_parameters)') in run.output
     assert 'Iter(train) [4/4]' in run.output
     assert 'unused_params: 6' in run.output
     summary = (tmp_path / 'unused_params_summary.txt').read_text()

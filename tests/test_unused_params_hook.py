@@ -5,6 +5,7 @@ import os.path as osp
 import pytest
 
 from tests.dist_utils import DistributedRunError, run_distributed
+from tests.equivalence import assert_hook_matches_truth
 from tests.scenarios import collectives_during_training, train_toy_runner
 
 PATTERNS = ['dead_layer', 'skip_odd', 'rank_dependent', 'output_not_in_loss']
@@ -14,23 +15,13 @@ WRAPPERS = {
 }
 
 
-def _named(result, line):
-    return [sorted(result['names'][i] for i in ids) for ids in line['unused_per_rank']]
-
-
-def _assert_matches_truth(result):
-    assert [line['iter'] for line in result['lines']] == list(range(6))
-    for line, truth in zip(result['lines'], result['truth']):
-        assert _named(result, line) == truth, f'iteration {line["iter"]}'
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize('wrapper', sorted(WRAPPERS))
 @pytest.mark.parametrize('pattern', PATTERNS)
 def test_two_ranks_report_exactly_the_truth(tmp_path, wrapper, pattern):
     results = run_distributed(train_toy_runner, str(tmp_path), pattern, WRAPPERS[wrapper])
     result = results[0]
-    _assert_matches_truth(result)
+    assert_hook_matches_truth(result)
     # Only rank 0 writes; every rank accumulated the same gathered record.
     assert results[1]['statistics'] == result['statistics']
     assert result['statistics']['iterations_seen'] == 6
@@ -51,7 +42,7 @@ def test_per_rank_detail_costs_one_exchange_per_log_line_or_none(tmp_path, wrapp
     work_dir = str(tmp_path / 'with_hook')
     results = run_distributed(train_toy_runner, work_dir, 'rank_dependent',
                               WRAPPERS[wrapper], log_interval=3)
-    _assert_matches_truth(results[0])
+    assert_hook_matches_truth(results[0])
     assert results[0]['scalar'] == [len(set().union(*map(set, line['unused_per_rank'])))
                                     for line in results[0]['lines']]
     # The same dead layer on every rank: GuardedDDP needs no rank identities at all.
@@ -65,7 +56,7 @@ def test_per_rank_detail_costs_one_exchange_per_log_line_or_none(tmp_path, wrapp
 
 def test_single_process_predicts_the_multi_gpu_failure(tmp_path):
     result = train_toy_runner(0, 1, str(tmp_path), 'skip_odd')
-    _assert_matches_truth(result)
+    assert_hook_matches_truth(result)
     with open(osp.join(tmp_path, 'unused_params_summary.json')) as f:
         summary = json.load(f)
     assert summary['verdict']['plain_ddp_fails'] is True
@@ -88,10 +79,7 @@ def test_no_unused_parameters_means_plain_ddp_would_work(tmp_path):
     assert verdict['plain_ddp_fails'] is False
 
 
-def test_statistics_survive_checkpoint_and_resume(tmp_path, monkeypatch):
-    # mmengine 0.10.7 checkpoints hold HistoryBuffer objects that torch >= 2.6 refuses to
-    # load with weights_only=True (see README, Limits).
-    monkeypatch.setenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
+def test_statistics_survive_checkpoint_and_resume(tmp_path):
     whole = train_toy_runner(0, 1, str(tmp_path / 'whole'), 'skip_odd', max_iters=8)
     resumed_dir = str(tmp_path / 'resumed')
     # Iterations 0-4 run; the checkpoint holds 0-3, so line 4 is written twice: once before

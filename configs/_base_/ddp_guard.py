@@ -3,7 +3,8 @@
 # GuardedDDP decides how to treat unused parameters (see its docstring); UnusedParamsHook
 # puts `unused_params` on every log line and writes per-iteration and summary files into
 # the work dir. A top-level `find_unused_parameters = ...` that your config inherits is
-# honoured by GuardedDDP; delete it to let GuardedDDP choose.
+# honoured by GuardedDDP; to let GuardedDDP choose, write `find_unused_parameters = 'auto'`
+# in your own config (a leaf line overrides the inherited value).
 custom_imports = dict(imports=['mmdet3d_ddp_guard'], allow_failed_imports=False)
 model_wrapper_cfg = dict(type='GuardedDDP')
 custom_hooks = [dict(type='UnusedParamsHook', interval=50)]

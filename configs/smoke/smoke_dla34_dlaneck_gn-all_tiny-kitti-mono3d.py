@@ -10,11 +10,9 @@ _base_ = [
     'mmdet3d::smoke/smoke_dla34_dlaneck_gn-all_4xb8-6x_kitti-mono3d.py',
     '../_base_/ddp_guard.py'
 ]
-# Delete the inherited `find_unused_parameters = True`, which GuardedDDP would honour, so
-# that GuardedDDP chooses. Assigning None or 'auto' here cannot delete a top-level key;
-# MMEngine runs this file with `_base_` bound to the merged base configs and then merges
-# this file into that same dict, so the key popped from it is gone.
-_base_.pop('find_unused_parameters')
+# Override the inherited `find_unused_parameters = True`, which GuardedDDP would honour
+# (DDP's graph search every iteration), so that GuardedDDP chooses.
+find_unused_parameters = 'auto'
 
 # No download of the ImageNet weights of DLA-34 (training starts from random weights).
 model = dict(backbone=dict(init_cfg=None))

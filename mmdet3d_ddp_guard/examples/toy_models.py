@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from mmengine.logging import MessageHub
 from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, MODELS
@@ -27,7 +28,22 @@ UNUSED_PATTERNS = {
                       'gate weight on every rank (PyTorch\'s own DDP parity test case)',
     'undefined_grad_rank_dependent': 'the same gate, its gradient defined on even ranks '
                                      'and undefined on odd ranks',
+    'frozen_shared_detached': 'a frozen layer (requires_grad=False, as frozen_stages '
+                              'leaves a backbone stage), a weight shared by two paths of '
+                              'which one is skipped on odd iterations, the branch of '
+                              "'rank_dependent', and the auxiliary output detached before "
+                              'the loss on odd ranks',
+    'one_gate_per_rank': 'four gated layers; rank r skips gate (iteration + r) % 4, so 4 '
+                         'ranks leave four different sets unused in the same iteration',
 }
+
+#: ``checkpoint`` option -> how the trunk (the ``blocks`` and the branch) is checkpointed
+CHECKPOINT_MODES = {
+    None: 'not checkpointed',
+    'reentrant': 'torch.utils.checkpoint(use_reentrant=True), as mmdet\'s with_cp=True',
+    'non_reentrant': 'torch.utils.checkpoint(use_reentrant=False)',
+}
+NUM_GATES = 4
 
 BRANCH_PARAMS = ('branch.weight', 'branch.bias')
 DEAD_PARAMS = ('dead.weight', 'dead.bias')
@@ -63,15 +79,22 @@ class ToyDetector(BaseModel):
         width (int): Hidden width.
         depth (int): Number of extra trunk blocks (to give benchmarks a few hundred
             parameter tensors).
+        checkpoint (str, optional): One of :data:`CHECKPOINT_MODES`: activation
+            checkpointing of the trunk, whose branch may go unused inside it.
     """
 
     def __init__(self, pattern: str = 'skip_odd', width: int = 16, depth: int = 0,
+                 checkpoint: Optional[str] = None,
                  data_preprocessor: Optional[dict] = None):
         super().__init__(data_preprocessor=data_preprocessor)
         if pattern not in UNUSED_PATTERNS:
             raise ValueError(f'ToyDetector: pattern={pattern!r} is not one of '
                              f'{sorted(UNUSED_PATTERNS)}.')
+        if checkpoint not in CHECKPOINT_MODES:
+            raise ValueError(f'ToyDetector: checkpoint={checkpoint!r} is not one of '
+                             f'{list(CHECKPOINT_MODES)}.')
         self.pattern = pattern
+        self.checkpoint = checkpoint
         self.stem = nn.Linear(8, width)
         self.blocks = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
         self.branch = nn.Linear(width, width)
@@ -80,6 +103,14 @@ class ToyDetector(BaseModel):
         self.box_head = nn.Linear(width, 1)
         if pattern.startswith('undefined_grad'):
             self.gate = nn.Parameter(torch.ones(width))
+        # Built only for their patterns, after the others, so that the other patterns keep
+        # their parameters and parameter order.
+        if pattern == 'frozen_shared_detached':
+            self.frozen = nn.Linear(width, width).requires_grad_(False)
+            self.shared = nn.Linear(width, width)
+        self.gates = nn.ModuleList(
+            nn.Linear(width, width)
+            for _ in range(NUM_GATES if pattern == 'one_gate_per_rank' else 0))
         self.forward_count = 0
 
     def expected_unused(self, iteration: int, rank: int) -> List[str]:
@@ -87,10 +118,13 @@ class ToyDetector(BaseModel):
         unused = list(DEAD_PARAMS)
         if not self._branch_runs(iteration, rank):
             unused += BRANCH_PARAMS
-        if self.pattern == 'output_not_in_loss':
+        if self._aux_out_of_loss(rank):
             unused += AUX_PARAMS
         if self._gate_grad_undefined(rank):
             unused += GATE_PARAMS
+        if self.gates:
+            skipped = self._skipped_gate(iteration, rank)
+            unused += [f'gates.{skipped}.weight', f'gates.{skipped}.bias']
         return sorted(unused) if self.pattern != 'none' else []
 
     def _gate_grad_undefined(self, rank: int) -> bool:
@@ -100,9 +134,16 @@ class ToyDetector(BaseModel):
     def _branch_runs(self, iteration: int, rank: int) -> bool:
         if self.pattern == 'skip_odd':
             return iteration % 2 == 0
-        if self.pattern == 'rank_dependent':
+        if self.pattern in ('rank_dependent', 'frozen_shared_detached'):
             return (iteration + rank) % 2 == 0
         return True
+
+    def _aux_out_of_loss(self, rank: int) -> bool:
+        return (self.pattern == 'output_not_in_loss'
+                or self.pattern == 'frozen_shared_detached' and rank % 2 == 1)
+
+    def _skipped_gate(self, iteration: int, rank: int) -> int:
+        return (iteration + rank) % len(self.gates)
 
     def _iteration(self) -> int:
         """``runner.iter`` inside a Runner (so a resumed run continues the pattern), else a
@@ -113,12 +154,16 @@ class ToyDetector(BaseModel):
 
     def forward(self, inputs: torch.Tensor, targets: torch.Tensor = None,
                 mode: str = 'loss'):
-        iteration = self._iteration()
+        iteration, rank = self._iteration(), _rank()
         x = F.relu(self.stem(inputs))
-        for block in self.blocks:
-            x = x + F.relu(block(x))
-        if self._branch_runs(iteration, _rank()):
-            x = x + torch.tanh(self.branch(x))
+        if self.pattern == 'frozen_shared_detached':
+            x = x + torch.tanh(self.frozen(x))
+        if self.checkpoint is None:
+            x = self._trunk(x, iteration, rank)
+        else:
+            x = torch.utils.checkpoint.checkpoint(
+                self._trunk, x, iteration, rank,
+                use_reentrant=self.checkpoint == 'reentrant')
         if self.pattern == 'none':
             # Every parameter, the otherwise dead one included, reaches the loss.
             x = x + 0.1 * torch.tanh(self.dead(x))
@@ -126,14 +171,32 @@ class ToyDetector(BaseModel):
             x = _NoGradForWeight.apply(x, self.gate)
         elif self.pattern.startswith('undefined_grad'):
             x = x * self.gate
+        if self.pattern == 'frozen_shared_detached':
+            x = x + torch.tanh(self.shared(x))
+            if iteration % 2 == 0:
+                x = x + 0.5 * torch.tanh(self.shared(F.relu(-x)))
+        for index, gate in enumerate(self.gates):
+            if index != self._skipped_gate(iteration, rank):
+                x = x + torch.tanh(gate(x))
         aux = self.aux(x)
         pred = self.box_head(x).squeeze(-1)
         if mode != 'loss':
             return pred
         losses = dict(loss_box=F.mse_loss(pred, targets))
-        if self.pattern != 'output_not_in_loss':
+        if self.pattern == 'frozen_shared_detached' and self._aux_out_of_loss(rank):
+            # In the loss, but cut from the graph: autograd never reaches the aux head.
+            losses['loss_aux'] = 0.1 * aux.detach().pow(2).mean()
+        elif not self._aux_out_of_loss(rank):
             losses['loss_aux'] = 0.1 * aux.pow(2).mean()
         return losses
+
+    def _trunk(self, x: torch.Tensor, iteration: int, rank: int) -> torch.Tensor:
+        """The blocks and the branch: the part that ``checkpoint`` checkpoints."""
+        for block in self.blocks:
+            x = x + F.relu(block(x))
+        if self._branch_runs(iteration, rank):
+            x = x + torch.tanh(self.branch(x))
+        return x
 
 
 def make_toy_batch(iteration: int, rank: int, batch_size: int = 4,

@@ -1,0 +1,48 @@
+# mmdet3d's PGD (monocular 3D, ResNet-101 + FPN, KITTI, 3 classes), model unchanged except
+# for mmdet's activation checkpointing in the backbone (`with_cp=True`: every ResNet block
+# runs under torch.utils.checkpoint, reentrant), on tiny synthetic KITTI data for 2
+# iterations on 2 CPU ranks, with the guard on. Make the data first (repo root):
+#   python -m mmdet3d_ddp_guard make-tiny-data
+# DDP's graph search (find_unused_parameters=True) cannot train a reentrant-checkpointed
+# model ("Expected to mark a variable ready only once"); GuardedDDP can. The backbone's stem
+# and its batch norms are frozen (frozen_stages=0, BN requires_grad=False), as in mmdet3d.
+_base_ = [
+    'mmdet3d::pgd/pgd_r101-caffe_fpn_head-gn_4xb3-4x_kitti-mono3d.py',
+    '../_base_/ddp_guard.py'
+]
+# No download of the ImageNet weights of ResNet-101 (training starts from random weights).
+model = dict(backbone=dict(with_cp=True, init_cfg=None))
+
+data_root = 'data/tiny/kitti/'
+# mmdet3d's train pipeline with images resized to 621 x 188 instead of 1242 x 375 (a
+# quarter of the pixels: ResNet-101 on the CPU).
+train_pipeline = [
+    dict(step, scale=(621, 188)) if step['type'] == 'mmdet.Resize' else step
+    for step in _base_.train_pipeline
+]
+# Batch size 1, in the main process.
+train_dataloader = dict(
+    batch_size=1,
+    num_workers=0,
+    persistent_workers=False,
+    dataset=dict(data_root=data_root, pipeline=train_pipeline))
+
+# 2 iterations at the schedule's base learning rate; no validation or test. (MMEngine
+# refuses keys that two bases both set, so this block, as in the SMOKE example, cannot move
+# into a shared base.)
+train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=2)
+param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=False)]
+val_dataloader = None
+val_cfg = None
+val_evaluator = None
+test_dataloader = None
+test_cfg = None
+test_evaluator = None
+
+default_hooks = dict(
+    logger=dict(type='LoggerHook', interval=1),
+    checkpoint=dict(type='CheckpointHook', interval=1000, by_epoch=False))
+log_processor = dict(by_epoch=False)
+custom_hooks = [dict(type='UnusedParamsHook', interval=1)]
+randomness = dict(seed=0)
+load_from = None
