@@ -1,6 +1,7 @@
 """GuardedDDP('auto') on 2 gloo ranks: never fails or hangs, and trains exactly as DDP's
 graph search (find_unused_parameters=True) does, for each pattern of unused parameters."""
 import pytest
+import torch
 
 from tests.dist_utils import run_distributed
 from tests.equivalence import assert_trains_like_graph_search
