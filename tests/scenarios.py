@@ -165,6 +165,7 @@ def train_toy_runner(rank: int, world_size: int, work_dir: str, pattern: str,
         statistics=record.statistics.state_dict(),
         record_is_wrappers=record is getattr(runner.model, 'usage_record', None),
         decision=getattr(getattr(runner.model, 'decision', None), 'mode', None),
+        decision_source=getattr(getattr(runner.model, 'decision', None), 'source', None),
         params={name: p.detach().cpu().clone() for name, p in model.named_parameters()},
         # Graphs that torch.compile captured in this process (Runner's compile=).
         compiled_graphs=torch._dynamo.utils.counters['stats']['unique_graphs'],

@@ -47,9 +47,12 @@ def _assert_guarded_like_graph_search(results, reference):
 
 @pytest.mark.timeout(300)
 def test_flexible_runner_with_ddp_strategy(tmp_path, same_start, graph_search_run):
+    # The config's top-level line is read from FlexibleRunner too (MMEngine drops it there
+    # as well when a model wrapper is configured).
     results = run_distributed(train_toy_runner, str(tmp_path), PATTERN, GUARDED,
-                              flexible=True, **same_start)
+                              flexible=True, find_unused_parameters='auto', **same_start)
     assert results[0]['compiled_graphs'] == 0
+    assert results[0]['decision_source'] == 'config top-level find_unused_parameters'
     _assert_guarded_like_graph_search(results, graph_search_run)
 
 

@@ -49,7 +49,7 @@ def test_top_level_false_stops_with_the_clear_error(tmp_path):
     run = _train(tmp_path, 'find_unused_parameters=False')
     assert run.returncode != 0 and not run.timed_out
     assert 'UnusedParametersError' in run.output
-    assert 'in config top-level find_unused_parameters' in run.output
+    assert 'was requested (config top-level find_unused_parameters)' in run.output
     assert 'dead.weight' in run.output
 
 
