@@ -11,7 +11,7 @@ from mmdet3d_ddp_guard.cli.demo import TOY_CONFIG
 def test_exits_1_and_names_parameters_when_plain_ddp_would_fail(tmp_path, capsys):
     assert main(['check', TOY_CONFIG, '--work-dir', str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert 'would have failed at iteration 0' in out
+    assert 'YES: plain DDP (find_unused_parameters=False) fails at iteration 0' in out
     assert 'branch.weight  (16, 16)' in out and 'dead.bias' in out
     assert "model_wrapper_cfg = dict(type='GuardedDDP')" in out
 
