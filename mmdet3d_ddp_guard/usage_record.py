@@ -268,21 +268,20 @@ class ParamUsageRecord:
         copy: a host sync, after the optimizer step; a collective only when ranks differ)."""
         if self._counts is None:
             return
-        values, self._counts = self._counts.values(), None
+        counts, self._counts = self._counts.values(), None
         num_params, world = len(self.table), self.world_size
         steps = len(self._open)
-        if len(values) != steps * num_params + 1:
+        if counts.numel() != steps * num_params + 1:
             raise RuntimeError(
-                f'ParamUsageRecord: counts for {(len(values) - 1) // max(num_params, 1)} '
+                f'ParamUsageRecord: counts for {(counts.numel() - 1) // max(num_params, 1)} '
                 f'iterations arrived but {steps} are open; every rank must end the same '
                 'iterations locally before the bucket that carries them is reduced.')
-        per_step = [values[k * num_params:(k + 1) * num_params] for k in range(steps)]
-        if any(0.5 < c < world - 0.5 for counts in per_step for c in counts):
+        unused = counts[:-1].view(steps, num_params) > 0.5
+        if (unused & (counts[:-1].view(steps, num_params) < world - 0.5)).any():
             per_rank = self._gather_open()
         else:
-            per_rank = [(tuple(i for i, c in enumerate(counts) if c > 0.5), ) * world
-                        for counts in per_step]
-        self._deliver(per_rank, ranks_left_unreached=round(values[-1]))
+            per_rank = [(tuple(row.nonzero().flatten().tolist()), ) * world for row in unused]
+        self._deliver(per_rank, ranks_left_unreached=round(counts[-1].item()))
 
     def exchange(self) -> None:
         """Resolves every open iteration with one ``all_gather`` (every rank must call it at
@@ -346,7 +345,8 @@ class _CountsInFlight:
         else:
             self._host, self._ready = counts, None
 
-    def values(self) -> List[float]:
+    def values(self) -> torch.Tensor:
+        """The counts as a float32 tensor on the host."""
         if self._ready is not None:
             self._ready.synchronize()
-        return self._host.float().tolist()
+        return self._host.float()

@@ -52,26 +52,40 @@ def _assert_file_matches_truth(work_dir, iterations, world_size=2):
         ], f'iteration {line["iter"]}'
 
 
-@pytest.mark.timeout(200)
+# torch elastic's shutdown race: the agent that hosts the c10d store can finish and close it
+# while the other agent, its worker done, still polls the store in its monitor loop; that
+# agent then exits with "The connection to the C10d store has failed" (num_nodes_waiting),
+# in about 1 of 3 runs here, with or without this package. That failure of torch's agent,
+# and only it, is retried in a fresh work dir; any other failure fails the test at once.
+STORE_CLOSED_EARLY = 'The connection to the C10d store has failed'
+TWO_NODE_ATTEMPTS = 3
+
+
+@pytest.mark.timeout(500)
 def test_two_torchrun_agents_as_two_nodes(tmp_path):
     """``--nnodes 2 --node_rank 0/1``, c10d rendezvous on loopback, one process per node."""
-    endpoint = f'127.0.0.1:{free_port()}'
+    for attempt in range(TWO_NODE_ATTEMPTS):
+        work_dir = tmp_path / f'attempt{attempt}'
+        endpoint = f'127.0.0.1:{free_port()}'
 
-    def node(node_rank):
-        return torchrun_train(
-            TOY_CONFIG, str(tmp_path), nproc=1, timeout=150, cfg_options=TOY_OPTIONS,
-            torchrun_args=['--nnodes=2', f'--node_rank={node_rank}', '--rdzv-backend=c10d',
-                           f'--rdzv-endpoint={endpoint}', f'--rdzv-id={tmp_path.name}'])
+        def node(node_rank):
+            return torchrun_train(
+                TOY_CONFIG, str(work_dir), nproc=1, timeout=150, cfg_options=TOY_OPTIONS,
+                torchrun_args=['--nnodes=2', f'--node_rank={node_rank}',
+                               '--rdzv-backend=c10d', f'--rdzv-endpoint={endpoint}',
+                               f'--rdzv-id={tmp_path.name}{attempt}'])
 
-    with ThreadPoolExecutor(2) as pool:
-        runs = list(pool.map(node, [0, 1]))
+        with ThreadPoolExecutor(2) as pool:
+            runs = list(pool.map(node, [0, 1]))
+        if not any(run.returncode and STORE_CLOSED_EARLY in run.output for run in runs):
+            break
     for run in runs:
         assert run.returncode == 0, run.output[-3000:]
     # A world of 2 from agents of one process each: one rank in each agent.
     outputs = ''.join(run.output for run in runs)
     assert 'rank 0 of 2 uses a gloo process group' in outputs
     assert 'Iter(train) [6/6]' in outputs
-    _assert_file_matches_truth(str(tmp_path), 6)
+    _assert_file_matches_truth(str(work_dir), 6)
 
 
 # torch's restart on gloo: with torchrun's default (static) rendezvous the restarted workers
