@@ -6,9 +6,9 @@ For each wrapper (GuardedDDP, whose record the hook reads; and plain DDP with
 find_unused_parameters=True, where the hook installs its own record and the ranks exchange
 their masks once per LoggerHook line, every ``--log-interval`` iterations), Runners with and
 without the hook take turns (interleaved repetitions) training BEVConvNet (228 parameter
-tensors) on random BEV data. Step time is MMEngine's own per-iteration ``train/time`` (IterTimerHook); the first
-iterations of every run are dropped; the figure is the median over repetitions of each run's
-median step time.
+tensors) on random BEV data. Step time is MMEngine's own per-iteration ``train/time``
+(IterTimerHook); the first iterations of every run are dropped; the figure is the median over
+repetitions of each run's median step time.
 """
 import argparse
 import statistics

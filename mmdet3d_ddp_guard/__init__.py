@@ -20,6 +20,6 @@ allow_cpu_init_dist()
 allow_mmengine_checkpoint_globals()
 
 __all__ = [
-    'GuardedDDP', 'UnusedParamsHook', 'CPUCompatibleMMDDP', 'Decision', 'ParamUsageRecord', 'IterationUsage',
-    'UnusedParametersError', 'StaticGraphChangedError', '__version__'
+    'GuardedDDP', 'UnusedParamsHook', 'CPUCompatibleMMDDP', 'Decision', 'ParamUsageRecord',
+    'IterationUsage', 'UnusedParametersError', 'StaticGraphChangedError', '__version__'
 ]

@@ -1,7 +1,16 @@
-"""The CPU launch fix wraps a private MMEngine function: its guards."""
-import mmengine.dist.utils as mmengine_dist
+"""The CPU launch fix wraps a private MMEngine function (its guards), and gloo ranks leave
+without aborting."""
+import os.path as osp
+import subprocess
+import sys
 
-from mmdet3d_ddp_guard.cpu_launch import allow_cpu_init_dist
+import mmengine.dist.utils as mmengine_dist
+import pytest
+import torch
+
+from mmdet3d_ddp_guard.cpu_launch import allow_cpu_init_dist, gloo_worker_states
+from mmdet3d_ddp_guard.launch import free_port
+from tests.dist_utils import run_distributed
 
 
 def test_wraps_once_and_is_marked():
@@ -14,3 +23,28 @@ def test_leaves_an_mmengine_without_the_function_alone(monkeypatch):
     monkeypatch.delattr(mmengine_dist, '_init_dist_pytorch')
     assert allow_cpu_init_dist() is False
     assert not hasattr(mmengine_dist, '_init_dist_pytorch')
+
+
+def _gloo_worker_states_after_a_collective(rank, world_size):
+    torch.distributed.all_reduce(torch.ones(3))
+    return gloo_worker_states()
+
+
+def test_finds_gloo_worker_threads_by_the_name_this_torch_gives_them():
+    # The exit wait below looks for these threads by name; a torch that renames them would
+    # make the wait a no-op, so this fails first.
+    for states in run_distributed(_gloo_worker_states_after_a_collective, timeout=120):
+        assert states and set(states) <= set('RSD')
+
+
+@pytest.mark.timeout(240)
+def test_gloo_ranks_that_ran_ddp_exit_cleanly():
+    # Without the exit wait, 12 of 15 such runs aborted with "terminate called without an
+    # active exception" on this 2-core machine (torch 2.13); three clean runs in a row would
+    # then happen about once in a hundred.
+    script = osp.join(osp.dirname(__file__), 'gloo_exit_script.py')
+    for _ in range(3):
+        run = subprocess.run([sys.executable, '-m', 'torch.distributed.run',
+                              '--nproc_per_node=4', f'--master_port={free_port()}', script],
+                             capture_output=True, text=True, timeout=200)
+        assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
