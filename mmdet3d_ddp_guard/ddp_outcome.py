@@ -35,6 +35,14 @@ OUTCOME_EXPLANATIONS = {
 }
 
 
+#: Said instead of an outcome line when parameters went unused but autograd reached them all.
+UNDEFINED_GRADIENTS_ONLY = (
+    f'{PLAIN_DDP} would not fail on these: autograd reached them all, but their gradients '
+    'stayed undefined (a custom autograd Function returned None); plain DDP reduces such '
+    'gradients as zeros, so momentum and weight decay still move those weights, where '
+    'GuardedDDP and find_unused_parameters=True leave .grad None when no rank defined it.')
+
+
 def outcome_line(outcome: str, iteration: Optional[int] = None,
                  ranks: Sequence[int] = ()) -> str:
     """``'plain DDP (find_unused_parameters=False) fails at iteration 0 on rank 0: a rank

@@ -8,7 +8,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple, Union
 
-from .ddp_outcome import FAILS, outcome_line
+from .ddp_outcome import FAILS, UNDEFINED_GRADIENTS_ONLY, outcome_line
 from .param_table import ParamTable
 from .usage_record import IterationUsage, UsageStatistics
 
@@ -202,6 +202,8 @@ class DecisionPolicy:
     def _classify(statistics: UsageStatistics) -> str:
         if not statistics.iterations_with_unused:
             return 'none'
+        if statistics.first_unreached_iteration is None:
+            return 'undefined_only'
         if statistics.iterations_ranks_differ:
             return 'rank_dependent'
         if statistics.set_changes:
@@ -210,15 +212,21 @@ class DecisionPolicy:
 
     @staticmethod
     def _reason(situation: str, statistics: UsageStatistics, previous: Decision) -> str:
-        first = statistics.first_unused_iteration
-        fails = outcome_line(FAILS, first)
-        consequence = {
-            'constant': f'parameters went unused from iteration {first} on: {fails}',
-            'changing': 'the set of unused parameters changes between iterations, so '
-                        f'static_graph=True would fail too; {fails}',
-            'rank_dependent': 'ranks disagree on which parameters are unused in the same '
-                              f'iteration: {fails}',
-        }[situation]
+        if situation == 'undefined_only':
+            consequence = (f'parameters went unused from iteration '
+                           f'{statistics.first_unused_iteration} on, with undefined gradients '
+                           f'only: {UNDEFINED_GRADIENTS_ONLY}')
+        else:
+            first = statistics.first_unreached_iteration
+            fails = outcome_line(FAILS, first)
+            consequence = {
+                'constant': 'parameters went unused from iteration '
+                            f'{statistics.first_unused_iteration} on: {fails}',
+                'changing': 'the set of unused parameters changes between iterations, so '
+                            f'static_graph=True would fail too; {fails}',
+                'rank_dependent': 'ranks disagree on which parameters are unused in the same '
+                                  f'iteration: {fails}',
+            }[situation]
         if previous.mode == COMPLETE:
             return consequence + ' Completion keeps training correct; mode unchanged.'
         return consequence + f' The requested mode {previous.mode!r} is kept.'
@@ -255,6 +263,10 @@ def recommended_setting(statistics: UsageStatistics) -> Tuple[str, str]:
         return guarded, ('no parameter went unused: plain DDP (find_unused_parameters=False) '
                          'would train this too; GuardedDDP costs next to nothing here and '
                          'keeps the run alive if a rare batch skips a branch later.')
+    if statistics.first_unreached_iteration is None:
+        return guarded, ('only undefined gradients: plain DDP would train, but would reduce '
+                         'them as zeros into the optimizer; GuardedDDP leaves them None where '
+                         'no rank defined them, as find_unused_parameters=True does.')
     # DDP's static graph keeps each rank's first unused set: ranks may differ, but not
     # change (a real 4-rank run of tests/test_check_world_size.py trains so).
     if statistics.iterations_with_unused == statistics.iterations_seen \

@@ -190,7 +190,8 @@ class GuardedDDP(MMDistributedDataParallel):
         if self._counts is None or not reduces:
             # No counts in this backward: exchanged later (modes 'find_unused' and
             # 'static_graph'), or carried by the window's last bucket (accumulation).
-            record.end_local_iteration(iteration, local_unused)
+            record.end_local_iteration(iteration, local_unused,
+                                       reduces and bool(record.local_unreached()))
             return
         unreached = record.local_unreached() if local_unused else ()
         if unreached:
@@ -204,7 +205,7 @@ class GuardedDDP(MMDistributedDataParallel):
         unused_in_window = set(local_unused)
         for _, ids in record.open_iterations:
             unused_in_window.intersection_update(ids)
-        record.end_local_iteration(iteration, local_unused)
+        record.end_local_iteration(iteration, local_unused, bool(unreached))
         if self.decision.mode == COMPLETE and unused_in_window:
             self._release_unused_everywhere(sorted(unused_in_window), counts)
         record.expect_counts(counts)

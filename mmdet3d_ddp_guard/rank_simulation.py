@@ -132,7 +132,8 @@ class RankSimulation:
         optim_wrapper.step()
         optim_wrapper.zero_grad()
         per_rank = tuple(unused)
-        self.record.statistics.update(IterationUsage(iteration, 0, per_rank[0], per_rank))
+        self.record.statistics.update(IterationUsage(iteration, 0, per_rank[0], per_rank,
+                                                     sum(map(bool, unreached))))
         return SimulatedIteration(
             iteration, per_rank,
             {name: [rank_calls[name] for rank_calls in calls]

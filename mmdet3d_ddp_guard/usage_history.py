@@ -4,7 +4,10 @@ In ``out_dir``, named after ``prefix`` (``unused_params`` by default):
 
 - ``<prefix>_table.json``: id -> name, shape, numel, module type; written once at start.
 - ``<prefix>.jsonl``: one line per iteration,
-  ``{"iter": 12, "epoch": 0, "unused_per_rank": [[ids of rank 0], [ids of rank 1], ...]}``.
+  ``{"iter": 12, "epoch": 0, "unused_per_rank": [[ids of rank 0], [ids of rank 1], ...],
+  "ranks_left_unreached": 1}``; the last field (how many ranks left parameters unreached,
+  which is what makes plain DDP fail; the rest were undefined gradients) only where it is
+  not 0.
 
 What survives a crash: each line is appended with one ``write`` of the complete line on an
 unbuffered file, so every line whose ``write`` returned is in the operating system's hands
@@ -94,6 +97,10 @@ def parse_line(text: str, num_params: Optional[int] = None) -> Dict:
     if num_params is not None and any(not 0 <= i < num_params for ids in per_rank
                                       for i in ids):
         raise ValueError(f'an id outside the table of {num_params} parameters')
+    unreached = line.get('ranks_left_unreached', 0)
+    if isinstance(unreached, bool) or not isinstance(unreached, int) \
+            or not 0 <= unreached <= len(per_rank):
+        raise ValueError('"ranks_left_unreached" is not a number of ranks')
     return line
 
 
@@ -155,7 +162,8 @@ def replay_statistics(num_params: int, lines: List[Dict]) -> UsageStatistics:
     statistics = UsageStatistics(num_params)
     for line in lines:
         per_rank = tuple(tuple(ids) for ids in line['unused_per_rank'])
-        statistics.update(IterationUsage(line['iter'], 0, per_rank[0], per_rank))
+        statistics.update(IterationUsage(line['iter'], 0, per_rank[0], per_rank,
+                                         line.get('ranks_left_unreached', 0)))
     return statistics
 
 

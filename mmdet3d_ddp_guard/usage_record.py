@@ -47,9 +47,9 @@ class IterationUsage:
         local_unused (tuple[int]): Ids (see :class:`ParamTable`) unused on this rank.
         per_rank_unused (tuple[tuple[int]]): Unused ids of every rank, indexed by rank; a
             single process is one rank.
-        ranks_left_unreached (int): In the iteration whose backward reduced the gradients
-            under GuardedDDP, how many ranks left parameters unreached (their buckets had to
-            be completed); 0 otherwise. Undefined gradients do not count here: DDP's fast
+        ranks_left_unreached (int): How many ranks left parameters unreached in this
+            iteration's backward, which is what makes plain DDP fail; 0 in a micro-step that
+            reduces nothing (``no_sync``). Undefined gradients do not count here: DDP's fast
             path reduces them as zeros without failing.
     """
     iteration: int
@@ -89,6 +89,9 @@ class UsageStatistics:
         self.unused_iterations = [0] * num_params
         self.ranks_unused: List[set] = [set() for _ in range(num_params)]
         self.first_unused_iteration: Optional[int] = None
+        #: Where plain DDP would first fail: unused parameters that are only undefined
+        #: gradients do not make it fail.
+        self.first_unreached_iteration: Optional[int] = None
         self.iterations_with_unused = 0
         self.iterations_ranks_differ = 0
         self.set_changes = 0
@@ -104,6 +107,8 @@ class UsageStatistics:
             self.iterations_with_unused += 1
             if self.first_unused_iteration is None:
                 self.first_unused_iteration = usage.iteration
+        if usage.ranks_left_unreached and self.first_unreached_iteration is None:
+            self.first_unreached_iteration = usage.iteration
         if usage.ranks_differ:
             self.iterations_ranks_differ += 1
         changed = self._previous is not None and usage.per_rank_unused != self._previous
@@ -122,6 +127,7 @@ class UsageStatistics:
             unused_iterations=list(self.unused_iterations),
             ranks_unused=[sorted(r) for r in self.ranks_unused],
             first_unused_iteration=self.first_unused_iteration,
+            first_unreached_iteration=self.first_unreached_iteration,
             iterations_with_unused=self.iterations_with_unused,
             iterations_ranks_differ=self.iterations_ranks_differ,
             set_changes=self.set_changes,
@@ -137,6 +143,9 @@ class UsageStatistics:
         self.unused_iterations = list(state['unused_iterations'])
         self.ranks_unused = [set(r) for r in state['ranks_unused']]
         self.first_unused_iteration = state['first_unused_iteration']
+        # Checkpoints of 0.x before this field counted every unused parameter as failing.
+        self.first_unreached_iteration = state.get('first_unreached_iteration',
+                                                   state['first_unused_iteration'])
         self.iterations_with_unused = state['iterations_with_unused']
         self.iterations_ranks_differ = state['iterations_ranks_differ']
         self.set_changes = state['set_changes']
@@ -167,7 +176,8 @@ class ParamUsageRecord:
       one ``all_gather`` of a byte per parameter and open iteration follow, decided on every
       rank from the same reduced counts. No collective of ours otherwise.
     - Exchange (any other wrapper): :meth:`exchange` gathers the local masks of every open
-      iteration in one ``all_gather`` (``K x P`` bytes). The caller chooses when (the hook:
+      iteration in one ``all_gather`` (``K x (P + 1)`` bytes: the last byte of each row says
+      whether the rank left parameters unreached, as opposed to undefined gradients only). The caller chooses when (the hook:
       at log lines, checkpoints and the end), so the exchange costs one small collective per
       batch of iterations instead of one per iteration; past ``max_open`` open iterations
       the record exchanges on its own, so memory stays bounded.
@@ -196,7 +206,8 @@ class ParamUsageRecord:
         self.resolved_by_counts = False
         self._reached: set = set()
         self._undefined: set = set()
-        self._open: List[Tuple[int, Tuple[int, ...]]] = []
+        # (iteration, local unused ids, whether this rank left some of them unreached)
+        self._open: List[Tuple[int, Tuple[int, ...], bool]] = []
         self._counts: Optional[_CountsInFlight] = None
         self._listeners: List[Callable[[IterationUsage, bool], None]] = []
         self._handles = [p.register_post_accumulate_grad_hook(self._on_grad_accumulated)
@@ -229,7 +240,7 @@ class ParamUsageRecord:
     @property
     def open_iterations(self) -> List[Tuple[int, Tuple[int, ...]]]:
         """(iteration, local unused ids) of the iterations not yet resolved across ranks."""
-        return list(self._open)
+        return [(iteration, ids) for iteration, ids, _ in self._open]
 
     def add_listener(self, listener: Callable[[IterationUsage, bool], None]) -> None:
         """``listener(usage, changed)`` is called for every resolved iteration, in order."""
@@ -237,7 +248,7 @@ class ParamUsageRecord:
 
     def end_local_iteration(self, iteration: int,
                             local_unused: Optional[Tuple[int, ...]] = None,
-                            same_on_every_rank: bool = False) -> None:
+                            left_unreached: Optional[bool] = None) -> None:
         """Ends the iteration on this rank; its per-rank detail follows later.
 
         Args:
@@ -245,14 +256,15 @@ class ParamUsageRecord:
             local_unused (tuple[int], optional): This rank's unused ids, when the caller
                 took them with :meth:`local_unused` before running backwards of its own
                 (which would mark more parameters as reached).
-            same_on_every_rank (bool): The caller knows that every rank left exactly these
-                unused (plain DDP's fast path, where any rank that did not has stopped):
-                resolved at once, with no exchange.
+            left_unreached (bool, optional): Whether a reducing backward left some of them
+                unreached, given with ``local_unused``; by default read from the record.
         """
         local = self.local_unused() if local_unused is None else local_unused
-        self._open.append((iteration, local))
-        if same_on_every_rank or (self.world_size == 1 and not self.resolved_by_counts):
-            self._deliver([(local, ) * self.world_size])
+        if left_unreached is None:
+            left_unreached = bool(self.local_unreached())
+        self._open.append((iteration, local, left_unreached))
+        if self.world_size == 1 and not self.resolved_by_counts:
+            self._deliver([(local, )], [int(left_unreached)])
         elif not self.resolved_by_counts and len(self._open) >= self.max_open:
             self.exchange()
 
@@ -278,49 +290,54 @@ class ParamUsageRecord:
                 'iterations locally before the bucket that carries them is reduced.')
         unused = counts[:-1].view(steps, num_params) > 0.5
         if (unused & (counts[:-1].view(steps, num_params) < world - 0.5)).any():
-            per_rank = self._gather_open()
+            self._deliver(*self._gather_open())
         else:
             per_rank = [(tuple(row.nonzero().flatten().tolist()), ) * world for row in unused]
-        self._deliver(per_rank, ranks_left_unreached=round(counts[-1].item()))
+            # Only the window's last micro-step reduces, and only there can DDP fail.
+            self._deliver(per_rank, [0] * (steps - 1) + [round(counts[-1].item())])
 
     def exchange(self) -> None:
         """Resolves every open iteration with one ``all_gather`` (every rank must call it at
         the same point); nothing when no iteration is open, or when counts will resolve them
         (the micro-steps of an accumulation window ride the window's last bucket)."""
         if self._open and self.world_size > 1 and not self.resolved_by_counts:
-            self._deliver(self._gather_open())
+            self._deliver(*self._gather_open())
 
     def local_mask(self, device, dtype,
                    current: Optional[Tuple[int, ...]] = None) -> torch.Tensor:
         """The open iterations' (then ``current``'s) local unused ids as a flat 0/1 tensor
         on ``device``, one row of parameters per iteration."""
-        steps = [ids for _, ids in self._open] + ([] if current is None else [current])
+        steps = [ids for _, ids, _ in self._open] + ([] if current is None else [current])
         mask = torch.zeros(len(steps) * len(self.table), dtype=dtype)
         for k, ids in enumerate(steps):
             mask[[k * len(self.table) + i for i in ids]] = 1
         return mask.to(device)
 
-    def _gather_open(self) -> List[Tuple[Tuple[int, ...], ...]]:
+    def _gather_open(self) -> Tuple[List[Tuple[Tuple[int, ...], ...]], List[int]]:
+        """Every rank's unused ids of every open iteration, and per iteration how many ranks
+        left parameters unreached."""
         device = (torch.device('cuda', torch.cuda.current_device())
                   if dist.get_backend(self.process_group) == 'nccl' else torch.device('cpu'))
-        mask = self.local_mask(device, torch.uint8)
-        gathered = [torch.empty_like(mask) for _ in range(self.world_size)]
-        dist.all_gather(gathered, mask, group=self.process_group)
-        num_params = len(self.table)
-        per_rank = [m.view(-1, num_params).cpu() for m in gathered]
-        return [tuple(tuple(m[k].nonzero().flatten().tolist()) for m in per_rank)
-                for k in range(len(self._open))]
+        steps = len(self._open)
+        left_unreached = torch.tensor([left for _, _, left in self._open], dtype=torch.uint8)
+        payload = torch.cat([self.local_mask(device, torch.uint8), left_unreached.to(device)])
+        gathered = [torch.empty_like(payload) for _ in range(self.world_size)]
+        dist.all_gather(gathered, payload, group=self.process_group)
+        gathered = torch.stack(gathered).cpu()
+        masks = gathered[:, :-steps].view(self.world_size, steps, len(self.table))
+        per_rank = [tuple(tuple(masks[rank, k].nonzero().flatten().tolist())
+                          for rank in range(self.world_size)) for k in range(steps)]
+        return per_rank, gathered[:, -steps:].sum(dim=0).tolist()
 
     def _deliver(self, per_rank_of_open: List[Tuple[Tuple[int, ...], ...]],
-                 ranks_left_unreached: int = 0) -> None:
+                 ranks_left_unreached: List[int]) -> None:
         if len(per_rank_of_open) != len(self._open):
             raise RuntimeError(f'ParamUsageRecord: {len(per_rank_of_open)} resolved iterations '
                                f'for {len(self._open)} open ones.')
         opened, self._open = self._open, []
-        for k, ((iteration, local), per_rank) in enumerate(zip(opened, per_rank_of_open)):
-            counted_step = k == len(opened) - 1
-            self.last = IterationUsage(iteration, self.rank, local, tuple(per_rank),
-                                       ranks_left_unreached if counted_step else 0)
+        for (iteration, local, _), per_rank, unreached in zip(opened, per_rank_of_open,
+                                                              ranks_left_unreached):
+            self.last = IterationUsage(iteration, self.rank, local, tuple(per_rank), unreached)
             changed = self.statistics.update(self.last)
             for listener in self._listeners:
                 listener(self.last, changed)

@@ -5,7 +5,7 @@ import textwrap
 from collections import OrderedDict
 from typing import Dict, List, Optional
 
-from .ddp_outcome import FAILS, OK, outcome_line
+from .ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_line
 from .decision_policy import recommended_setting
 from .param_table import format_rows, owner_of
 from .usage_record import UsageStatistics
@@ -16,7 +16,7 @@ def summary_dict(table, statistics: UsageStatistics, world_size: int) -> Dict:
     ever unused. ``table`` is a :class:`ParamTable` or, in a post-mortem, a
     :class:`~.usage_history.RecordedTable`."""
     setting, why = recommended_setting(statistics)
-    first = statistics.first_unused_iteration
+    first = statistics.first_unreached_iteration
     return dict(
         iterations_seen=statistics.iterations_seen,
         world_size=world_size,
@@ -46,6 +46,8 @@ def summary_text(summary: Dict) -> str:
     if verdict['plain_ddp_fails']:
         first = verdict['plain_ddp_first_failure_iteration']
         fails = f'YES: {outcome_line(outcome, first)}'
+    elif summary['parameters']:
+        fails = f'no: {UNDEFINED_GRADIENTS_ONLY}'
     else:
         fails = 'no: plain DDP (find_unused_parameters=False) would not have failed.'
     lines = [

@@ -1,6 +1,8 @@
 """The live side (UnusedParamsHook's summary, GuardedDDP's decision) and `check` name plain
 DDP's outcome in the same words (mmdet3d_ddp_guard.ddp_outcome)."""
-from mmdet3d_ddp_guard.ddp_outcome import FAILS, outcome_line
+import pytest
+
+from mmdet3d_ddp_guard.ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_line
 from mmdet3d_ddp_guard.decision_policy import DecisionPolicy
 from mmdet3d_ddp_guard.examples import ToyDetector
 from mmdet3d_ddp_guard.param_table import ParamTable
@@ -8,16 +10,21 @@ from mmdet3d_ddp_guard.usage_record import IterationUsage, UsageStatistics
 from mmdet3d_ddp_guard.usage_summary import summary_dict, summary_text
 
 
-def test_hook_summary_and_decision_say_fails_as_check_does():
+@pytest.mark.parametrize('ranks_left_unreached, outcome, words', [
+    (1, FAILS, outcome_line(FAILS, 0)),
+    # The same parameters reached with undefined gradients: DDP reduces zeros, no failure.
+    (0, OK, UNDEFINED_GRADIENTS_ONLY),
+])
+def test_hook_summary_and_decision_say_the_outcome_as_check_does(ranks_left_unreached,
+                                                                  outcome, words):
     table = ParamTable(ToyDetector('rank_dependent'))
     statistics = UsageStatistics(len(table))
     # Rank 1 left the branch unused in iteration 0, rank 0 did not.
     branch = (table.names.index('branch.weight'), table.names.index('branch.bias'))
-    usage = IterationUsage(0, 0, (), ((), branch))
+    usage = IterationUsage(0, 0, (), ((), branch), ranks_left_unreached)
     statistics.update(usage)
-    words = outcome_line(FAILS, 0)
     summary = summary_dict(table, statistics, world_size=2)
-    assert summary['verdict']['plain_ddp_outcome'] == FAILS
+    assert summary['verdict']['plain_ddp_outcome'] == outcome
     assert words in summary_text(summary)
     decision = DecisionPolicy('auto', 'default', static_graph=False).observe(
         usage, statistics, table)

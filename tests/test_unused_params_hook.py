@@ -5,7 +5,7 @@ import os.path as osp
 import pytest
 
 from tests.dist_utils import DistributedRunError, run_distributed
-from tests.equivalence import assert_hook_matches_truth
+from tests.equivalence import assert_hook_matches_truth, named_unused
 from tests.scenarios import collectives_during_training, train_toy_runner
 
 PATTERNS = ['dead_layer', 'skip_odd', 'rank_dependent', 'output_not_in_loss']
@@ -31,6 +31,10 @@ def test_two_ranks_report_exactly_the_truth(tmp_path, wrapper, pattern):
     # The log line's unused_params of every iteration: unused on at least one rank.
     assert result['scalar'] == [len(set().union(*map(set, line['unused_per_rank'])))
                                 for line in result['lines']]
+    # Each unused parameter of these patterns is unreached: plain DDP fails on every rank
+    # that left some.
+    assert [line.get('ranks_left_unreached', 0) for line in result['lines']] == \
+        [sum(map(bool, truth)) for truth in result['truth']]
 
 
 @pytest.mark.timeout(300)
@@ -52,6 +56,31 @@ def test_per_rank_detail_costs_one_exchange_per_log_line_or_none(tmp_path, wrapp
               for hook in (True, False)}
     exchanges = 2 if wrapper == 'mmddp_find_unused' else 0
     assert counts[True] - counts[False] == exchanges, counts
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize('wrapper', sorted(WRAPPERS) + ['plain_ddp'])
+def test_undefined_gradients_alone_are_reported_and_do_not_fail_plain_ddp(tmp_path, wrapper):
+    """Rank 1's gate gets an undefined gradient every iteration, nothing is unreached: plain
+    DDP trains (zeros reduced), so the hook must neither stop it nor say it would fail."""
+    wrappers = dict(WRAPPERS, plain_ddp=dict(type='CPUCompatibleMMDDP',
+                                             find_unused_parameters=False))
+    results = run_distributed(train_toy_runner, str(tmp_path), 'undefined_grad_only',
+                              wrappers[wrapper], log_interval=3)
+    result = results[0]
+    assert_hook_matches_truth(result)
+    assert [named_unused(result, line) for line in result['lines']] == [[[], ['gate']]] * 6
+    assert all('ranks_left_unreached' not in line for line in result['lines'])
+    assert result['statistics']['first_unreached_iteration'] is None
+    with open(osp.join(tmp_path, 'unused_params_summary.json')) as f:
+        verdict = json.load(f)['verdict']
+    assert verdict['plain_ddp_fails'] is False and verdict['plain_ddp_outcome'] == 'ok'
+    assert verdict['recommended_setting'] == "model_wrapper_cfg = dict(type='GuardedDDP')"
+    assert verdict['why'].startswith('only undefined gradients: plain DDP would train')
+    with open(osp.join(tmp_path, 'unused_params_summary.txt')) as f:
+        text = f.read()
+    assert 'Would plain DDP have failed? no: plain DDP (find_unused_parameters=False) would ' \
+           'not fail on these: autograd reached them all' in text
 
 
 def test_single_process_predicts_the_multi_gpu_failure(tmp_path):

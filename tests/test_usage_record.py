@@ -74,3 +74,13 @@ def test_statistics_refuse_a_checkpoint_of_another_model():
     state = UsageStatistics(3).state_dict()
     with pytest.raises(ValueError, match='checkpoint counts 3 trainable parameters'):
         UsageStatistics(4).load_state_dict(state)
+
+
+def test_statistics_of_an_older_checkpoint_count_every_unused_iteration_as_failing():
+    # Checkpoints written before the statistics told unreached from undefined gradients.
+    state = UsageStatistics(3).state_dict()
+    state.update(first_unused_iteration=4, iterations_with_unused=1)
+    del state['first_unreached_iteration']
+    statistics = UsageStatistics(3)
+    statistics.load_state_dict(state)
+    assert statistics.first_unreached_iteration == 4

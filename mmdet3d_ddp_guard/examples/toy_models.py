@@ -28,6 +28,9 @@ UNUSED_PATTERNS = {
                       'gate weight on every rank (PyTorch\'s own DDP parity test case)',
     'undefined_grad_rank_dependent': 'the same gate, its gradient defined on even ranks '
                                      'and undefined on odd ranks',
+    'undefined_grad_only': "the gate of 'undefined_grad_rank_dependent' and nothing else "
+                           'unused (the otherwise dead layer reaches the loss): plain DDP '
+                           'trains it, reducing the undefined gradients as zeros',
     'frozen_shared_detached': 'a frozen layer (requires_grad=False, as frozen_stages '
                               'leaves a backbone stage), a weight shared by two paths of '
                               'which one is skipped on odd iterations, the branch of '
@@ -115,7 +118,7 @@ class ToyDetector(BaseModel):
 
     def expected_unused(self, iteration: int, rank: int) -> List[str]:
         """Parameter names autograd will not reach in ``iteration`` on ``rank``."""
-        unused = list(DEAD_PARAMS)
+        unused = [] if self._dead_layer_runs() else list(DEAD_PARAMS)
         if not self._branch_runs(iteration, rank):
             unused += BRANCH_PARAMS
         if self._aux_out_of_loss(rank):
@@ -125,11 +128,15 @@ class ToyDetector(BaseModel):
         if self.gates:
             skipped = self._skipped_gate(iteration, rank)
             unused += [f'gates.{skipped}.weight', f'gates.{skipped}.bias']
-        return sorted(unused) if self.pattern != 'none' else []
+        return sorted(unused)
+
+    def _dead_layer_runs(self) -> bool:
+        return self.pattern in ('none', 'undefined_grad_only')
 
     def _gate_grad_undefined(self, rank: int) -> bool:
         return (self.pattern == 'undefined_grad'
-                or self.pattern == 'undefined_grad_rank_dependent' and rank % 2 == 1)
+                or self.pattern in ('undefined_grad_rank_dependent', 'undefined_grad_only')
+                and rank % 2 == 1)
 
     def _branch_runs(self, iteration: int, rank: int) -> bool:
         if self.pattern == 'skip_odd':
@@ -164,8 +171,8 @@ class ToyDetector(BaseModel):
             x = torch.utils.checkpoint.checkpoint(
                 self._trunk, x, iteration, rank,
                 use_reentrant=self.checkpoint == 'reentrant')
-        if self.pattern == 'none':
-            # Every parameter, the otherwise dead one included, reaches the loss.
+        if self._dead_layer_runs():
+            # The otherwise dead layer reaches the loss too.
             x = x + 0.1 * torch.tanh(self.dead(x))
         if self._gate_grad_undefined(_rank()):
             x = _NoGradForWeight.apply(x, self.gate)

@@ -60,13 +60,15 @@ class UnusedParamsHook(Hook):
     files and the checkpointed counts); the log line's ``unused_params`` is exact for every
     logged window, and the names are logged when the exchange brings them. In a single
     process the record predicts whether multi-GPU training with plain DDP would fail.
-    Under plain DDP with ``find_unused_parameters=False`` an unused parameter dooms the run
-    (DDP fails at the next forward, or hangs the ranks that used it), and gathering across
-    ranks would itself hang behind DDP's unfinished all-reduce: there the hook reports this
-    rank's own usage and stops the run with :class:`UnusedParametersError` on the rank that
-    left parameters unused, naming them.
+    Under plain DDP with ``find_unused_parameters=False`` a parameter that autograd did not
+    reach dooms the run (DDP fails at the next forward, or hangs the ranks that used it),
+    and gathering across ranks would itself hang behind DDP's unfinished all-reduce: there
+    the hook stops the run with :class:`UnusedParametersError` on the rank that left
+    parameters unreached, naming them. Undefined gradients (a custom autograd Function that
+    returned None) do not stop plain DDP, which reduces them as zeros: they are reported
+    and exchanged as under any other wrapper.
     Cost: under GuardedDDP none of its own; otherwise a hook call per parameter per backward
-    and one ``all_gather`` of ``iterations x parameters`` bytes per log interval.
+    and one ``all_gather`` of ``iterations x (parameters + 1)`` bytes per log interval.
 
     Args:
         interval (int): Log the names every ``interval`` iterations while some are unused.
@@ -179,15 +181,13 @@ class UnusedParamsHook(Hook):
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         if self._ddp_fast_path:
-            local_unused = self.record.local_unused()
-            if local_unused:
+            unreached = self.record.local_unreached()
+            if unreached:
                 raise unused_parameters_error(
-                    self.record.table, {self.record.rank: local_unused}, runner.iter,
+                    self.record.table, {self.record.rank: unreached}, runner.iter,
                     'the config: plain DDP (UnusedParamsHook cannot report across ranks '
                     'here)')
-            # Every rank that gets here used everything; one that did not has raised.
-            self.record.end_local_iteration(runner.iter, (), same_on_every_rank=True)
-        elif self._drives_record:
+        if self._drives_record:
             self.record.end_local_iteration(runner.iter)
         self.record.resolve()
         if self._exchange_due(runner, batch_idx):
@@ -243,8 +243,11 @@ class UnusedParamsHook(Hook):
 
     @master_only
     def _append_line(self, runner, usage: IterationUsage) -> None:
-        self.history.append(dict(iter=usage.iteration, epoch=runner.epoch,
-                                 unused_per_rank=[list(ids) for ids in usage.per_rank_unused]))
+        line = dict(iter=usage.iteration, epoch=runner.epoch,
+                    unused_per_rank=[list(ids) for ids in usage.per_rank_unused])
+        if usage.ranks_left_unreached:
+            line['ranks_left_unreached'] = usage.ranks_left_unreached
+        self.history.append(line)
 
     def after_train_epoch(self, runner) -> None:
         self.record.exchange()  # before an epoch checkpoint; a no-op when nothing is open
