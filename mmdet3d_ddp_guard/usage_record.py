@@ -143,7 +143,8 @@ class UsageStatistics:
         self.unused_iterations = list(state['unused_iterations'])
         self.ranks_unused = [set(r) for r in state['ranks_unused']]
         self.first_unused_iteration = state['first_unused_iteration']
-        # Checkpoints of 0.x before this field counted every unused parameter as failing.
+        # Checkpoints written before this field existed counted every unused parameter as
+        # failing.
         self.first_unreached_iteration = state.get('first_unreached_iteration',
                                                    state['first_unused_iteration'])
         self.iterations_with_unused = state['iterations_with_unused']
@@ -173,14 +174,15 @@ class ParamUsageRecord:
       wrapper hands them over with :meth:`expect_counts` and :meth:`resolve` reads them
       after the optimizer step. A parameter unused on no rank or on every rank needs no
       rank identities; only when some parameter was unused on some ranks but not all does
-      one ``all_gather`` of a byte per parameter and open iteration follow, decided on every
+      the same ``all_gather`` as in the exchange below follow, decided on every
       rank from the same reduced counts. No collective of ours otherwise.
     - Exchange (any other wrapper): :meth:`exchange` gathers the local masks of every open
-      iteration in one ``all_gather`` (``K x (P + 1)`` bytes: the last byte of each row says
-      whether the rank left parameters unreached, as opposed to undefined gradients only). The caller chooses when (the hook:
-      at log lines, checkpoints and the end), so the exchange costs one small collective per
-      batch of iterations instead of one per iteration; past ``max_open`` open iterations
-      the record exchanges on its own, so memory stays bounded.
+      iteration in one ``all_gather`` (``K x (P + 1)`` bytes: the extra byte per iteration
+      says whether the rank left parameters unreached, as opposed to undefined gradients
+      only). The caller chooses when (the hook: at log lines, checkpoints and the end), so
+      the exchange costs one small collective per batch of iterations instead of one per
+      iteration; past ``max_open`` open iterations the record exchanges on its own, so
+      memory stays bounded.
 
     Resolved iterations are delivered in order to the listeners (:meth:`add_listener`):
     the wrapper's decision policy and :class:`UnusedParamsHook` both read the same record.
