@@ -183,6 +183,8 @@ class GuardedDDP(MMDistributedDataParallel):
     def _settle_unused(self, reduces: bool) -> None:
         record = self.usage_record
         local_unused = record.local_unused()
+        # Only a backward that reduces leaves DDP's buckets waiting for unreached parameters.
+        unreached = record.local_unreached() if reduces and local_unused else ()
         self._iterations_ended += 1
         iteration = self._current_iteration()
         if self.decision.mode == STATIC_GRAPH and reduces:
@@ -190,10 +192,8 @@ class GuardedDDP(MMDistributedDataParallel):
         if self._counts is None or not reduces:
             # No counts in this backward: exchanged later (modes 'find_unused' and
             # 'static_graph'), or carried by the window's last bucket (accumulation).
-            record.end_local_iteration(iteration, local_unused,
-                                       reduces and bool(record.local_unreached()))
+            record.end_local_iteration(iteration, local_unused, bool(unreached))
             return
-        unreached = record.local_unreached() if local_unused else ()
         if unreached:
             self._completing = (local_unused, True)
             params = [record.table.params[i] for i in unreached]
