@@ -1,13 +1,20 @@
 # The two commands of the README. Each creates .venv with the pinned stack when missing.
 PY := .venv/bin/python
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test test-main test-matrix venv bench clean
 
 demo: venv
 	$(PY) -m mmdet3d_ddp_guard demo
 
-test: venv
+# The whole suite on the pinned stack, then the version matrix (tools/version_matrix.sh:
+# torch 1.13.1 on Python 3.8, 2.1.2 and 2.14.1, each in a venv of its own under .venvs/).
+test: test-main test-matrix
+
+test-main: venv
 	$(PY) -m pytest tests -p no:cacheprovider -q
+
+test-matrix:
+	bash tools/version_matrix.sh
 
 # Quick when .venv matches the pins (tools/make_venv.sh compares a stamp).
 venv:
@@ -17,4 +24,4 @@ bench: venv
 	$(PY) benchmarks/bench_step_time.py
 
 clean:
-	rm -rf .venv work_dirs
+	rm -rf .venv .venvs work_dirs

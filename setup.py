@@ -1,15 +1,44 @@
+import os
+import shutil
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+PACKAGE = 'mmdet3d_ddp_guard'
 
 
 def read_version():
     namespace = {}
-    with open('mmdet3d_ddp_guard/version.py') as f:
+    with open(f'{PACKAGE}/version.py') as f:
         exec(f.read(), namespace)
     return namespace['__version__']
 
 
+class BuildWithConfigs(build_py):
+    """Also ships what ``_base_ = ['mmdet3d_ddp_guard::_base_/ddp_guard.py']`` needs after a
+    regular install (see mmdet3d_ddp_guard/config_scope.py): the repository's ``configs/``
+    as ``mmdet3d_ddp_guard/.mim/configs`` (where MMEngine looks, as for ``mmdet3d::``), an
+    empty ``model-index.yml`` beside them (MMEngine reads it before falling back to the
+    path), and a ``.pth`` file that lets MMEngine accept the ``mmdet3d_ddp_guard::`` scope.
+    An editable install gets none of these: there, inherit configs by path."""
+
+    def run(self):
+        super().run()
+        if getattr(self, 'editable_mode', False):
+            return
+        mim = os.path.join(self.build_lib, PACKAGE, '.mim')
+        shutil.copytree('configs', os.path.join(mim, 'configs'), dirs_exist_ok=True)
+        with open(os.path.join(mim, 'model-index.yml'), 'w') as f:
+            f.write('Import: []\n')
+        startup_module = f'{PACKAGE}_config_scope'
+        shutil.copy(os.path.join(PACKAGE, 'config_scope.py'),
+                    os.path.join(self.build_lib, f'{startup_module}.py'))
+        with open(os.path.join(self.build_lib, f'{PACKAGE}.pth'), 'w') as f:
+            f.write(f'import {startup_module}; {startup_module}.install()\n')
+
+
 setup(
-    name='mmdet3d_ddp_guard',
+    name=PACKAGE,
     version=read_version(),
     description='Multi-GPU training of MMDetection3D models that never dies of '
     'unused parameters: a guarded DDP wrapper and an unused-parameter hook.',
@@ -17,16 +46,19 @@ setup(
     long_description_content_type='text/markdown',
     packages=find_packages(exclude=('tests', 'tests.*')),
     python_requires='>=3.8',
-    # The core (wrapper, hook, tools) needs only torch and mmengine. torch>=2.1 for
-    # Tensor.register_post_accumulate_grad_hook; the upper bound is the newest torch the
-    # private reducer APIs were checked on (see mmdet3d_ddp_guard/torch_compat.py).
-    install_requires=['torch>=2.1,<2.14', 'mmengine>=0.10,<0.11'],
+    # No torch here, as in OpenMMLab's own packages: the user installs the torch that fits
+    # their CUDA, and pip must never replace it. The supported range (torch >= 1.13, newest
+    # tested 2.14; mmengine >= 0.8 as mmdet3d 1.4 requires) is checked at import, in
+    # mmdet3d_ddp_guard/versions.py. No upper caps, so that pip never downgrades either.
+    install_requires=['mmengine>=0.8'],
     extras_require={
         # The real 3D stack, for the examples, the check command on mmdet3d configs and the
-        # end-to-end tests. mmcv must be built with its C++ ops: see tools/make_venv.sh.
-        'mmdet3d': ['mmcv>=2.0.0rc4,<2.2.0', 'mmdet>=3.0,<3.4', 'mmdet3d>=1.1,<1.5'],
+        # end-to-end tests. mmcv must be built with its C++ ops: see tools/make_venv.sh. The
+        # caps are mmdet3d 1.4's own: it refuses mmcv >= 2.2 and mmdet >= 3.4 at import.
+        'mmdet3d': ['mmcv>=2.0.0rc4,<2.2.0', 'mmdet>=3.0,<3.4', 'mmdet3d>=1.1'],
         'tests': ['pytest', 'pytest-timeout'],
     },
+    cmdclass={'build_py': BuildWithConfigs},
     entry_points={
         'console_scripts': [
             'mmdet3d-ddp-guard=mmdet3d_ddp_guard.__main__:main',

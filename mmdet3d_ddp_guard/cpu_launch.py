@@ -10,7 +10,9 @@ Two obstacles, both in MMEngine's Runner, neither in the model:
 - ``Runner.wrap_model`` passes ``device_ids=[LOCAL_RANK]`` to every DDP subclass, which DDP
   refuses for a CPU module: see :func:`drop_device_ids_for_cpu_module`.
 
-A gloo rank must also not abort on its way out: see :func:`_leave_gloo_cleanly`.
+A gloo rank must also not abort on its way out: see :func:`_leave_gloo_cleanly`, installed
+by :func:`leave_gloo_cleanly_at_exit` for every gloo group GuardedDDP trains on, whoever
+created it (this package's launch path, or the user's own ``dist.init_process_group``).
 """
 import atexit
 import functools
@@ -38,7 +40,7 @@ def allow_cpu_init_dist() -> bool:
         if torch.cuda.is_available() or init_backend != 'torch':
             return original(backend, init_backend=init_backend, **kwargs)
         dist.init_process_group(backend='gloo', **kwargs)
-        atexit.register(_leave_gloo_cleanly)
+        leave_gloo_cleanly_at_exit()
         print_log(f'mmdet3d_ddp_guard: no CUDA here; rank {dist.get_rank()} of '
                   f'{dist.get_world_size()} uses a gloo process group (the config asked '
                   f'for {backend!r}).', logger='current')
@@ -49,6 +51,12 @@ def allow_cpu_init_dist() -> bool:
 
 
 GLOO_WORKER_THREAD_NAME = 'pt_gloo_runloop'
+
+
+@functools.lru_cache(maxsize=None)
+def leave_gloo_cleanly_at_exit() -> None:
+    """Registers :func:`_leave_gloo_cleanly` to run at exit, once per process."""
+    atexit.register(_leave_gloo_cleanly)
 
 
 def _leave_gloo_cleanly(timeout: float = 2.0) -> None:

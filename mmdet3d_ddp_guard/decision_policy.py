@@ -8,9 +8,12 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple, Union
 
+import torch
+
 from .ddp_outcome import FAILS, UNDEFINED_GRADIENTS_ONLY, outcome_line
 from .param_table import ParamTable
 from .usage_record import IterationUsage, UsageStatistics
+from .versions import graph_search_accumulates_right
 
 AUTO = 'auto'
 
@@ -114,6 +117,8 @@ class Decision:
         reason (str): Why this mode, in a sentence.
         iteration (int, optional): The iteration whose evidence led here; None at build.
         evidence (list[str]): Lines naming the parameters, how often unused, on which ranks.
+        warning (bool): The decision overrides what the user wrote, so it is logged as a
+            warning.
     """
     mode: str
     requested: Union[str, bool]
@@ -121,6 +126,7 @@ class Decision:
     reason: str
     iteration: Optional[int] = None
     evidence: List[str] = field(default_factory=list)
+    warning: bool = False
 
     def format(self) -> str:
         when = 'at build' if self.iteration is None else f'after iteration {self.iteration}'
@@ -138,10 +144,31 @@ class Decision:
         return '\n'.join(lines)
 
 
-def initial_decision(requested, source: str, static_graph: bool) -> Decision:
+#: What a run that accumulates gradients gets instead of DDP's graph search before torch 2.4.
+ACCUMULATION_BUG = (
+    'find_unused_parameters=True was written, but this run accumulates gradients '
+    '(accumulative_counts={counts}) on torch {torch_version}, where DDP\'s graph search does '
+    'not synchronise a parameter used in an earlier micro-step of the window but not in the '
+    'last one (pytorch/pytorch#69031, fixed in torch 2.4 by pytorch/pytorch#124193): the '
+    'ranks would silently train different weights. GuardedDDP trains this run with mode '
+    "'complete' instead, which gives what the corrected graph search gives. To keep this "
+    "choice without this warning, write find_unused_parameters='auto' in your config; to "
+    'use DDP\'s graph search, upgrade torch to 2.4 or newer.')
+
+
+def initial_decision(requested, source: str, static_graph: bool,
+                     accumulative_counts: int = 1,
+                     torch_version: Optional[str] = None) -> Decision:
     if static_graph:
         return Decision(STATIC_GRAPH, requested, source + ' + static_graph=True',
                         'static_graph=True was written; it is honoured.')
+    torch_version = torch_version or torch.__version__
+    if requested is True and accumulative_counts > 1 \
+            and not graph_search_accumulates_right(torch_version):
+        return Decision(COMPLETE, requested, source,
+                        ACCUMULATION_BUG.format(counts=accumulative_counts,
+                                                torch_version=torch_version),
+                        warning=True)
     if requested is True:
         if source == CONFIG_TOP_LEVEL:
             # Often inherited from mmdet3d (SMOKE's config among others); a config cannot
@@ -179,10 +206,16 @@ class DecisionPolicy:
         requested: ``'auto'``, True or False (already validated by :func:`resolve_request`).
         source (str): Where the request came from.
         static_graph (bool): DDP's ``static_graph``.
+        accumulative_counts (int): The optim wrapper's gradient accumulation; with
+            ``find_unused_parameters=True`` on torch < 2.4 it turns DDP's graph search
+            into ``'complete'`` (see :data:`ACCUMULATION_BUG`).
+        torch_version (str, optional): Defaults to the installed torch's.
     """
 
-    def __init__(self, requested, source: str, static_graph: bool):
-        self.decision = initial_decision(requested, source, static_graph)
+    def __init__(self, requested, source: str, static_graph: bool,
+                 accumulative_counts: int = 1, torch_version: Optional[str] = None):
+        self.decision = initial_decision(requested, source, static_graph,
+                                         accumulative_counts, torch_version)
         self._situation = 'none'
 
     def observe(self, usage: IterationUsage, statistics: UsageStatistics,

@@ -1,22 +1,25 @@
 """GuardedDDP: MMEngine's DDP wrapper that never dies of unused parameters."""
 import contextlib
 import inspect
+import logging
 from typing import Dict, Optional, Tuple, Union
 
 import torch
+import torch.distributed as dist
 from mmengine.logging import MessageHub, print_log
 from mmengine.model import MMDistributedDataParallel
 from mmengine.model.utils import detect_anomalous_params
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 
-from .cpu_launch import drop_device_ids_for_cpu_module
+from .cpu_launch import drop_device_ids_for_cpu_module, leave_gloo_cleanly_at_exit
 from .decision_policy import (COMPLETE, STATIC_GRAPH, STRICT, Decision, DecisionPolicy,
                               FIND_UNUSED, not_given, resolve_request)
 from .errors import static_graph_changed_error, unused_parameters_error
 from .forward_collectives import warn_forward_collectives
 from .unused_counts_comm_hook import UnusedCountsState, allreduce_with_unused_counts
 from .usage_record import IterationUsage, ParamUsageRecord
+from .versions import graph_search_accumulates_right
 
 
 @MODEL_WRAPPERS.register_module()
@@ -124,10 +127,14 @@ class GuardedDDP(MMDistributedDataParallel):
                         else not_given())
         requested, source = resolve_request(find_unused_parameters, config_value,
                                             built_by_runner=runner is not None)
-        policy = DecisionPolicy(requested, source, static_graph)
+        policy = DecisionPolicy(requested, source, static_graph,
+                                accumulative_counts=_accumulative_counts(runner))
         # Before DDP's own checks, which refuse torch's SyncBatchNorm on the CPU.
         warn_forward_collectives(module)
         drop_device_ids_for_cpu_module(module, kwargs)
+        # Before DDP builds its reducer: on torch < 2.1 the record's hooks must be added to
+        # the AccumulateGrad nodes ahead of DDP's (see accumulate_grad_hooks).
+        usage_record = ParamUsageRecord(module, kwargs.get('process_group'))
         super().__init__(
             module=module,
             detect_anomalous_params=detect_anomalous_params,
@@ -135,7 +142,7 @@ class GuardedDDP(MMDistributedDataParallel):
             static_graph=static_graph,
             **kwargs)
         self.policy = policy
-        self.usage_record = ParamUsageRecord(module, self.process_group)
+        self.usage_record = usage_record
         self.usage_record.add_listener(self._observe)
         self._counts: Optional[UnusedCountsState] = None
         # (this rank's unused ids, whether some were unreached) while the completion runs.
@@ -146,7 +153,10 @@ class GuardedDDP(MMDistributedDataParallel):
             self.usage_record.resolved_by_counts = True
         self._static_graph_unused = None
         self._iterations_ended = 0
-        print_log(policy.decision.format(), logger='current')
+        if dist.get_backend(self.process_group) == 'gloo':
+            leave_gloo_cleanly_at_exit()
+        print_log(policy.decision.format(), logger='current',
+                  level=logging.WARNING if policy.decision.warning else logging.INFO)
 
     @property
     def decision(self) -> Decision:
@@ -171,6 +181,15 @@ class GuardedDDP(MMDistributedDataParallel):
         with optim_wrapper.optim_context(self):
             # False inside no_sync (gradient accumulation): this backward reduces nothing.
             reduces = self.require_backward_grad_sync
+            if not reduces and self.decision.mode == FIND_UNUSED \
+                    and not graph_search_accumulates_right(torch.__version__):
+                raise RuntimeError(
+                    'GuardedDDP: find_unused_parameters=True (DDP graph search) with gradient '
+                    f'accumulation (no_sync) trains wrong on torch {torch.__version__}: a '
+                    'parameter used in an earlier micro-step of the window but not in the '
+                    'last one is not synchronised across ranks (pytorch/pytorch#69031, fixed '
+                    "in torch 2.4). Build GuardedDDP with find_unused_parameters='auto' (the "
+                    'same training as the corrected graph search), or upgrade torch to >= 2.4.')
             data = self.module.data_preprocessor(data, training=True)
             losses = self._run_forward(data, mode='loss')
         parsed_loss, log_vars = self.module.parse_losses(losses)
@@ -194,15 +213,22 @@ class GuardedDDP(MMDistributedDataParallel):
             # 'static_graph'), or carried by the window's last bucket (accumulation).
             record.end_local_iteration(iteration, local_unused, bool(unreached))
             return
+        # What DDP's graph search leaves untouched must stay untouched: a gradient that was
+        # None before this window (set_to_none=True, torch >= 2.0's default) goes back to
+        # None below; one zeroed in place (set_to_none=False) stays a zero tensor. Read
+        # before the completion backward writes zeros into the unreached ones.
+        params = record.table.params
+        untouched_none = {i for i in local_unused if params[i].grad is None}
+        untouched_none.update(record.local_undefined())
         if unreached:
             self._completing = (local_unused, True)
-            params = [record.table.params[i] for i in unreached]
+            completed = [params[i] for i in unreached]
             try:
-                torch.autograd.backward(params, [torch.zeros_like(p) for p in params])
+                torch.autograd.backward(completed, [torch.zeros_like(p) for p in completed])
             finally:
                 self._completing = None
         counts = self._counts.take_counts()
-        unused_in_window = set(local_unused)
+        unused_in_window = set(local_unused) & untouched_none
         for _, ids in record.open_iterations:
             unused_in_window.intersection_update(ids)
         record.end_local_iteration(iteration, local_unused, bool(unreached))
@@ -222,8 +248,8 @@ class GuardedDDP(MMDistributedDataParallel):
 
     def _release_unused_everywhere(self, indices, counts: torch.Tensor) -> None:
         """Sets grad None for this rank's unused parameters that no rank used in any
-        micro-step of the window, as DDP's graph search leaves them, so that the optimizer
-        skips them (no momentum, no weight decay). Reads only these parameters' counts: a
+        micro-step of the window and whose grad was None before it, as DDP's graph search
+        leaves them, so that the optimizer skips them (no momentum, no weight decay). Reads only these parameters' counts: a
         host sync on this slow path alone."""
         params = self.usage_record.table.params
         per_step = counts[:-1].view(-1, len(params))[:, indices]
@@ -276,6 +302,23 @@ def _after_backward(optim_wrapper: OptimWrapper, callback):
         yield
     finally:
         del optim_wrapper.backward
+
+
+def _accumulative_counts(runner) -> int:
+    """The largest ``accumulative_counts`` in the config's ``optim_wrapper`` (also inside an
+    ``OptimWrapperDict``'s wrappers); 1 without a Runner or an optim wrapper."""
+    if runner is None:
+        return 1
+    counts = []
+
+    def collect(cfg):
+        if isinstance(cfg, dict):
+            counts.append(cfg.get('accumulative_counts', 1))
+            for value in cfg.values():
+                collect(value)
+
+    collect(runner.cfg.get('optim_wrapper'))
+    return max(counts, default=1)
 
 
 def _building_runner():

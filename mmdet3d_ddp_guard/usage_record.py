@@ -21,20 +21,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from .accumulate_grad_hooks import register_grad_accumulated_hook
 from .param_table import ParamTable
-
-MIN_TORCH = (2, 1)
-
-
-def check_torch_version(version: str = torch.__version__) -> None:
-    """Fail early, naming the fix, on a torch without post-accumulate-grad hooks."""
-    major, minor = (int(part) for part in version.split('+')[0].split('.')[:2])
-    if (major, minor) < MIN_TORCH:
-        raise RuntimeError(
-            f'mmdet3d_ddp_guard needs torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]} '
-            f'(Tensor.register_post_accumulate_grad_hook), but torch {version} is '
-            'installed. Upgrade torch, or remove mmdet3d_ddp_guard from custom_imports '
-            "and set find_unused_parameters=True in your config instead.")
 
 
 @dataclass(frozen=True)
@@ -157,14 +145,16 @@ class UsageStatistics:
 class ParamUsageRecord:
     """Tracks, per iteration and per rank, which trainable parameters autograd reached.
 
-    **Locally.** One ``register_post_accumulate_grad_hook`` per parameter files the parameter
+    **Locally.** One hook per parameter (:mod:`.accumulate_grad_hooks`) files the parameter
     as *reached* when autograd accumulated a gradient into it, or as *undefined* when the
     hook ran but left ``.grad`` None (a custom autograd Function that returns None for it:
-    DDP's graph search counts such a parameter as unused on that rank, and so do we). An
-    undefined gradient in a micro-step whose parameter already holds a gradient from an
-    earlier micro-step of the window leaves that gradient in place: it counts as used, as
-    for DDP, which reduces the window's gradient. Cost: one hook call per parameter per
-    backward; deciding that nothing is unused is a length check.
+    DDP's graph search counts such a parameter as unused on that rank, and so do we). The
+    hook runs before DDP's own hook on the parameter; on torch < 2.1 only if the record is
+    created before the DDP wrapper, as GuardedDDP does. An undefined gradient in a
+    micro-step whose parameter already holds a gradient from an earlier micro-step of the
+    window leaves that gradient in place: it counts as used, as for DDP, which reduces the
+    window's gradient. Cost: one hook call per parameter per backward; deciding that
+    nothing is unused is a length check.
 
     **Across ranks.** Iterations end locally (:meth:`end_local_iteration`) and wait as *open*
     iterations until their per-rank detail is known, in one of two ways:
@@ -195,7 +185,6 @@ class ParamUsageRecord:
     """
 
     def __init__(self, module: nn.Module, process_group=None, max_open: int = 50):
-        check_torch_version()
         self.table = ParamTable(module)
         self.statistics = UsageStatistics(len(self.table))
         self.last: Optional[IterationUsage] = None
@@ -212,7 +201,7 @@ class ParamUsageRecord:
         self._open: List[Tuple[int, Tuple[int, ...], bool]] = []
         self._counts: Optional[_CountsInFlight] = None
         self._listeners: List[Callable[[IterationUsage, bool], None]] = []
-        self._handles = [p.register_post_accumulate_grad_hook(self._on_grad_accumulated)
+        self._handles = [register_grad_accumulated_hook(p, self._on_grad_accumulated)
                          for p in self.table.params]
 
     def _on_grad_accumulated(self, param: torch.Tensor) -> None:
@@ -238,6 +227,14 @@ class ParamUsageRecord:
             return ()
         return tuple(i for i, p in enumerate(self.table.params)
                      if p not in reached and p not in undefined)
+
+    def local_undefined(self) -> Tuple[int, ...]:
+        """Ids that this rank's backward reached with an undefined gradient (``.grad``
+        stayed None)."""
+        undefined = self._undefined
+        if not undefined:
+            return ()
+        return tuple(i for i, p in enumerate(self.table.params) if p in undefined)
 
     @property
     def open_iterations(self) -> List[Tuple[int, Tuple[int, ...]]]:

@@ -7,8 +7,9 @@ import torch.distributed as dist
 from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 
-from mmdet3d_ddp_guard import GuardedDDP, UnusedParametersError
+from mmdet3d_ddp_guard import GuardedDDP, UnusedParametersError, accumulate_grad_hooks
 from mmdet3d_ddp_guard.examples import ToyDetector, make_toy_batch
+from mmdet3d_ddp_guard.versions import graph_search_accumulates_right
 
 
 @contextlib.contextmanager
@@ -22,6 +23,13 @@ def _amp_allowed_on_cpu():
         yield
     finally:
         amp_module.is_cuda_available = original
+
+
+def compiled_graphs() -> int:
+    """Graphs that torch.compile captured in this process (Runner's ``compile=``); 0 on a
+    torch without it (< 2.0)."""
+    dynamo = getattr(torch, '_dynamo', None)
+    return dynamo.utils.counters['stats']['unique_graphs'] if dynamo is not None else 0
 
 
 def build_optim_wrapper(model, optimizer: str, accumulative_counts: int = 1,
@@ -77,8 +85,7 @@ def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer:
         ddp.usage_record.exchange()
     return dict(
         params={name: p.detach().cpu().clone() for name, p in model.named_parameters()},
-        # Graphs that torch.compile captured in this process (Runner's compile=).
-        compiled_graphs=torch._dynamo.utils.counters['stats']['unique_graphs'],
+        compiled_graphs=compiled_graphs(),
         optimizer_state=optim_wrapper.optimizer.state_dict(),
         usage=usage,
         decision=ddp.decision.mode if wrapper == 'guarded' else None,
@@ -87,22 +94,68 @@ def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer:
 
 
 def train_guarded_and_reference(rank: int, world_size: int, separate_counts: bool = False,
-                                reference_model_kwargs: Dict = None, **case) -> Dict:
+                                reference_model_kwargs: Dict = None, node_hooks: bool = False,
+                                **case) -> Dict:
     """The same case under GuardedDDP('auto') and under DDP find_unused_parameters=True;
     ``reference_model_kwargs`` replace the model's options for DDP's run (e.g. a
     checkpointing mode that DDP's graph search can train).
 
     ``separate_counts``: make the bucket dtype count no rank exactly, so that the counts take
     the path of more ranks than the dtype can count (their own float32 all-reduce).
+    ``node_hooks``: record usage from the AccumulateGrad nodes, torch < 2.1's path, also on
+    a torch that has tensor hooks.
+
+    On a torch whose graph search is wrong with gradient accumulation (< 2.4,
+    pytorch/pytorch#69031), an accumulating case is compared with
+    :func:`train_manual_reference` instead.
     """
+    if node_hooks:
+        accumulate_grad_hooks.POST_ACCUMULATE_GRAD_HOOK = False
     if separate_counts:
         from mmdet3d_ddp_guard import unused_counts_comm_hook
         unused_counts_comm_hook._EXACT_INTEGERS[case.get('dtype', torch.float32)] = 0
     reference_case = dict(case)
     if reference_model_kwargs is not None:
         reference_case['model_kwargs'] = reference_model_kwargs
-    return dict(guarded=train_toy(rank, world_size, 'guarded', **case),
+    guarded = train_toy(rank, world_size, 'guarded', **case)
+    if case.get('accumulative_counts', 1) > 1 \
+            and not graph_search_accumulates_right(torch.__version__):
+        return dict(guarded=guarded, reference=train_manual_reference(rank, world_size,
+                                                                      **reference_case))
+    return dict(guarded=guarded,
                 reference=train_toy(rank, world_size, 'ddp_find_unused', **reference_case))
+
+
+def train_manual_reference(rank: int, world_size: int, pattern: str, optimizer: str,
+                           steps: int = 6, accumulative_counts: int = 1,
+                           model_kwargs: Dict = None) -> Dict:
+    """What DDP's graph search computes where it is correct, without DDP: each rank
+    accumulates its own gradients over the window, then every parameter's gradient is
+    all-reduced by hand and averaged, counting zero for the ranks that did not use it; a
+    parameter that no rank used in the window keeps its gradient untouched (None). The
+    independent reference for gradient accumulation on torch < 2.4."""
+    torch.manual_seed(0)
+    model = ToyDetector(pattern, **(model_kwargs or {}))
+    optim_wrapper = build_optim_wrapper(model, optimizer, accumulative_counts)
+    params = list(model.parameters())
+    for iteration in range(steps):
+        data = model.data_preprocessor(make_toy_batch(iteration, rank), training=True)
+        loss, _ = model.parse_losses(model._run_forward(data, mode='loss'))
+        optim_wrapper.backward(optim_wrapper.scale_loss(loss))
+        if (iteration + 1) % accumulative_counts:
+            continue
+        for param in params:
+            used = torch.tensor([float(param.grad is not None)])
+            dist.all_reduce(used)
+            if not used.item():
+                continue
+            grad = param.grad if param.grad is not None else torch.zeros_like(param)
+            dist.all_reduce(grad)
+            param.grad = grad / world_size
+        optim_wrapper.step()
+        optim_wrapper.zero_grad()
+    return dict(params={name: p.detach().clone() for name, p in model.named_parameters()},
+                optimizer_state=optim_wrapper.optimizer.state_dict())
 
 
 def toy_runner_cfg(work_dir: str, pattern: str, wrapper: Dict = None, max_iters: int = 6,
@@ -167,10 +220,12 @@ def train_toy_runner(rank: int, world_size: int, work_dir: str, pattern: str,
         decision=getattr(getattr(runner.model, 'decision', None), 'mode', None),
         decision_source=getattr(getattr(runner.model, 'decision', None), 'source', None),
         params={name: p.detach().cpu().clone() for name, p in model.named_parameters()},
-        # Graphs that torch.compile captured in this process (Runner's compile=).
-        compiled_graphs=torch._dynamo.utils.counters['stats']['unique_graphs'],
+        compiled_graphs=compiled_graphs(),
+        # torch's own count of tensor hooks; None where the record hooks AccumulateGrad
+        # nodes instead (torch < 2.1), whose Python post-hooks torch does not list.
         post_accumulate_hooks=[len(p._post_accumulate_grad_hooks or {})
-                               for p in model.parameters()],
+                               for p in model.parameters()]
+        if accumulate_grad_hooks.POST_ACCUMULATE_GRAD_HOOK else None,
         scalar=runner.message_hub.get_scalar('train/unused_params').data[0].tolist())
 
 

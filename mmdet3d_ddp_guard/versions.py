@@ -1,0 +1,78 @@
+"""Which torch, MMEngine and Python this package supports, checked once at import.
+
+OpenMMLab's convention, which this package follows: the user installs the torch that matches
+their CUDA, and no package lists torch as an install requirement (pip would otherwise replace
+a CUDA build with whatever it resolves). So the range is checked here, at import, with a
+message that names it:
+
+- torch below :data:`MIN_TORCH` is refused (no tested way to record which parameters
+  autograd reached; see :mod:`.accumulate_grad_hooks` and the compatibility docs for what is
+  known about 1.8 to 1.12);
+- a torch newer than :data:`NEWEST_TESTED_TORCH` gets one warning, not a refusal: the private
+  DDP surface this package touches (the reducer's comm hook on the last bucket, the
+  ``AccumulateGrad`` node) has been stable for years, and a refusal would block users for no
+  known reason;
+- MMEngine below :data:`MIN_MMENGINE` (what mmdet3d 1.4 itself requires) is refused.
+"""
+import re
+import sys
+import warnings
+from typing import Tuple
+
+#: The oldest torch this package is tested on (torch 1.13.1, Python 3.8).
+MIN_TORCH = (1, 13)
+#: The newest torch tested; newer ones get one warning.
+NEWEST_TESTED_TORCH = (2, 14)
+#: mmdet3d 1.4 accepts mmengine >= 0.8.0; tested on 0.8.0 and 0.10.7.
+MIN_MMENGINE = (0, 8)
+MIN_PYTHON = (3, 8)
+#: pytorch/pytorch#124193 (torch 2.4) fixed DDP's graph search under ``no_sync``
+#: (pytorch/pytorch#69031): before it, a parameter used in an earlier micro-step of an
+#: accumulation window but not in the last one is not synchronised.
+GRAPH_SEARCH_ACCUMULATES_RIGHT_SINCE = (2, 4)
+
+
+def major_minor(version: str) -> Tuple[int, int]:
+    """``'2.1.2+cu121'`` -> ``(2, 1)``; ``'2.6.0a0+git...'`` -> ``(2, 6)``."""
+    match = re.match(r'(\d+)\.(\d+)', version)
+    if match is None:
+        raise ValueError(f'mmdet3d_ddp_guard: cannot read the version {version!r}.')
+    return int(match.group(1)), int(match.group(2))
+
+
+def _dotted(version: Tuple[int, int]) -> str:
+    return '.'.join(map(str, version))
+
+
+def check_versions(torch_version: str, mmengine_version: str,
+                   python_version: Tuple[int, int] = sys.version_info[:2]) -> None:
+    """Raises RuntimeError, naming the supported range and the fix, on an unsupported
+    torch, MMEngine or Python; warns once on a torch newer than the newest tested."""
+    if tuple(python_version) < MIN_PYTHON:
+        raise RuntimeError(
+            f'mmdet3d_ddp_guard needs Python >= {_dotted(MIN_PYTHON)}, but this is Python '
+            f'{_dotted(tuple(python_version))}.')
+    torch_mm = major_minor(torch_version)
+    if torch_mm < MIN_TORCH:
+        raise RuntimeError(
+            f'mmdet3d_ddp_guard supports torch >= {_dotted(MIN_TORCH)} (tested on 1.13.1, '
+            f'2.1.2, 2.13.0 and 2.14.1), but torch {torch_version} is installed. Upgrade '
+            'torch (mmcv 2.1.0 has wheels for torch 1.13 to 2.1), or remove '
+            'mmdet3d_ddp_guard from custom_imports and set find_unused_parameters = True '
+            'in your config instead.')
+    if major_minor(mmengine_version) < MIN_MMENGINE:
+        raise RuntimeError(
+            f'mmdet3d_ddp_guard needs mmengine >= {_dotted(MIN_MMENGINE)} (as mmdet3d 1.4 '
+            f'does), but mmengine {mmengine_version} is installed: '
+            "pip install -U 'mmengine>=0.8'.")
+    if torch_mm > NEWEST_TESTED_TORCH:
+        warnings.warn(
+            f'mmdet3d_ddp_guard was tested up to torch {_dotted(NEWEST_TESTED_TORCH)}; torch '
+            f'{torch_version} is newer. It should work; if GuardedDDP fails, please report '
+            'it with this version.', stacklevel=3)
+
+
+def graph_search_accumulates_right(torch_version: str) -> bool:
+    """Whether DDP's ``find_unused_parameters=True`` is correct with gradient accumulation
+    on this torch (pytorch/pytorch#69031, fixed in torch 2.4)."""
+    return major_minor(torch_version) >= GRAPH_SEARCH_ACCUMULATES_RIGHT_SINCE

@@ -1,0 +1,150 @@
+"""The supported versions (checked at import), the AccumulateGrad-node path that torch < 2.1
+records usage with, and DDP's graph search under gradient accumulation before torch 2.4
+(pytorch/pytorch#69031). Runs in every environment of the version matrix
+(tools/version_matrix.sh): each branch below that depends on the torch at hand is real there.
+"""
+import warnings
+
+import pytest
+import torch
+
+from mmdet3d_ddp_guard import accumulate_grad_hooks
+from mmdet3d_ddp_guard.decision_policy import CONFIG_TOP_LEVEL, COMPLETE, FIND_UNUSED, \
+    initial_decision
+from mmdet3d_ddp_guard.versions import check_versions, graph_search_accumulates_right
+from tests.dist_utils import DistributedRunError, run_distributed
+from tests.equivalence import assert_trains_like_graph_search
+from tests.scenarios import train_guarded_and_reference, train_manual_reference, train_toy, \
+    train_toy_runner
+
+OLD_GRAPH_SEARCH = not graph_search_accumulates_right(torch.__version__)
+
+
+@pytest.mark.parametrize('torch_version', ['1.13.1', '2.1.2+cu121', '2.13.0+cpu', '2.14.1'])
+def test_supported_versions_pass_quietly(torch_version):
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        check_versions(torch_version, '0.8.0', (3, 8))
+
+
+def test_unsupported_versions_are_refused_naming_the_range_and_the_fix():
+    with pytest.raises(RuntimeError, match=r'supports torch >= 1\.13.*1\.12\.1.*'
+                                           'find_unused_parameters = True'):
+        check_versions('1.12.1+cu113', '0.10.7')
+    with pytest.raises(RuntimeError, match=r"mmengine >= 0\.8.*0\.7\.4.*pip install"):
+        check_versions('2.1.2', '0.7.4')
+    with pytest.raises(RuntimeError, match=r'Python >= 3\.8'):
+        check_versions('2.1.2', '0.10.7', (3, 7))
+
+
+def test_a_newer_torch_than_tested_gets_a_warning_not_a_refusal():
+    with pytest.warns(UserWarning, match=r'tested up to torch 2\.14; torch 2\.15\.0 is newer'):
+        check_versions('2.15.0', '0.10.7')
+
+
+def test_node_hook_sees_reached_undefined_and_unreached_parameters():
+    """The torch < 2.1 path, forced on any torch: the hook fires after accumulation, with
+    the gradient in place, and also for an undefined gradient; an unreached parameter gets
+    no call; remove() detaches it."""
+
+    class NoGrad(torch.autograd.Function):
+
+        @staticmethod
+        def forward(ctx, x, weight):
+            return x * weight
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, None
+
+    used, undefined, unreached = (torch.nn.Parameter(torch.ones(2)) for _ in range(3))
+    seen = []
+    handles = [accumulate_grad_hooks.register_grad_accumulated_hook(
+        p, lambda p, name=name: seen.append((name, p.grad is not None)), use_node=True)
+        for name, p in (('used', used), ('undefined', undefined), ('unreached', unreached))]
+    x = torch.ones(2, requires_grad=True)
+    (used * 2 + NoGrad.apply(x, undefined)).sum().backward()
+    assert sorted(seen) == [('undefined', False), ('used', True)]
+    for handle in handles:
+        handle.remove()
+    (used * 2).sum().backward()
+    assert len(seen) == 2
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize('case', [
+    dict(pattern='rank_dependent'),
+    dict(pattern='rank_dependent', wrapper_kwargs=dict(bucket_cap_mb=1e-4)),
+    dict(pattern='undefined_grad_rank_dependent'),
+    dict(pattern='rank_dependent', accumulative_counts=2, steps=8),
+], ids=['rank_dependent', 'many_buckets', 'undefined_grad', 'accumulation'])
+def test_guarded_ddp_on_accumulate_grad_nodes_trains_like_the_graph_search(case):
+    """The record's hooks on the AccumulateGrad nodes, added before DDP's own: the usage each
+    rank put on DDP's last bucket is exact (a hook running after DDP's would miss the
+    parameter that launched the bucket), and training equals the graph search's."""
+    results = run_distributed(train_guarded_and_reference, optimizer='sgd', node_hooks=True,
+                              **case)
+    assert_trains_like_graph_search(results)
+
+
+def test_find_unused_with_accumulation_before_torch_2_4_becomes_complete_loudly():
+    decision = initial_decision(True, CONFIG_TOP_LEVEL, False, accumulative_counts=2,
+                                torch_version='2.1.2')
+    assert decision.mode == COMPLETE and decision.warning
+    assert 'pytorch/pytorch#69031' in decision.reason and 'accumulative_counts=2' in \
+        decision.reason and "find_unused_parameters='auto'" in decision.reason
+    for counts, version in ((1, '2.1.2'), (2, '2.4.0')):
+        decision = initial_decision(True, CONFIG_TOP_LEVEL, False, accumulative_counts=counts,
+                                    torch_version=version)
+        assert decision.mode == FIND_UNUSED and not decision.warning
+
+
+def _graph_search_and_manual_reference(rank, world_size):
+    case = dict(pattern='rank_dependent', optimizer='sgd', steps=8, accumulative_counts=2)
+    return dict(ddp=train_toy(rank, world_size, 'ddp_find_unused', **case),
+                manual=train_manual_reference(rank, world_size, **case))
+
+
+@pytest.mark.timeout(300)
+def test_ddp_graph_search_trains_accumulation_wrong_exactly_before_torch_2_4():
+    """pytorch/pytorch#69031 on the torch at hand, against the independent reference that
+    GuardedDDP is compared with: the version gate in versions.py is the real boundary."""
+    for result in run_distributed(_graph_search_and_manual_reference):
+        worst = max((result['ddp']['params'][name] - value).abs().max().item()
+                    for name, value in result['manual']['params'].items())
+        if OLD_GRAPH_SEARCH:
+            assert worst > 1e-4, f'torch {torch.__version__}: #69031 did not show'
+        else:
+            assert worst < 1e-6
+
+
+@pytest.mark.timeout(300)
+def test_runner_config_with_find_unused_and_accumulation(tmp_path):
+    """What a user of an inherited ``find_unused_parameters = True`` gets with
+    ``accumulative_counts=2``: before torch 2.4 GuardedDDP trains it with 'complete' (and
+    says why); from 2.4 on, DDP's graph search, as written."""
+    results = run_distributed(
+        train_toy_runner, str(tmp_path), 'rank_dependent', dict(type='GuardedDDP'),
+        find_unused_parameters=True,
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.05, momentum=0.9),
+                           accumulative_counts=2))
+    for result in results:
+        assert result['decision'] == (COMPLETE if OLD_GRAPH_SEARCH else FIND_UNUSED)
+
+
+def _python_built_graph_search_with_accumulation(rank, world_size):
+    return train_toy(rank, world_size, 'guarded', 'rank_dependent', 'sgd', steps=4,
+                     accumulative_counts=2,
+                     wrapper_kwargs=dict(find_unused_parameters=True))['decision']
+
+
+@pytest.mark.timeout(300)
+def test_python_built_graph_search_refuses_accumulation_before_torch_2_4():
+    if OLD_GRAPH_SEARCH:
+        with pytest.raises(DistributedRunError, match=r'pytorch/pytorch#69031.*'
+                                                      "find_unused_parameters='auto'"):
+            run_distributed(_python_built_graph_search_with_accumulation)
+    else:
+        assert run_distributed(_python_built_graph_search_with_accumulation) == \
+            [FIND_UNUSED] * 2
+
