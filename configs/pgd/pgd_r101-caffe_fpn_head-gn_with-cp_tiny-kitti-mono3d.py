@@ -8,7 +8,7 @@
 # and its batch norms are frozen (frozen_stages=0, BN requires_grad=False), as in mmdet3d.
 _base_ = [
     'mmdet3d::pgd/pgd_r101-caffe_fpn_head-gn_4xb3-4x_kitti-mono3d.py',
-    '../_base_/ddp_guard.py'
+    '../_base_/ddp_guard.py', '../_base_/schedules/tiny_run.py'
 ]
 # No download of the ImageNet weights of ResNet-101 (training starts from random weights).
 model = dict(backbone=dict(with_cp=True, init_cfg=None))
@@ -27,22 +27,7 @@ train_dataloader = dict(
     persistent_workers=False,
     dataset=dict(data_root=data_root, pipeline=train_pipeline))
 
-# 2 iterations at the schedule's base learning rate; no validation or test. (MMEngine
-# refuses keys that two bases both set, so this block, as in the SMOKE example, cannot move
-# into a shared base.)
+# The short run shared by the examples, a log line each iteration and no validation (why it
+# is applied this way: configs/_base_/schedules/tiny_run.py), here with 2 iterations.
+globals().update(_base_.pop('tiny_run'))
 train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=2)
-param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=False)]
-val_dataloader = None
-val_cfg = None
-val_evaluator = None
-test_dataloader = None
-test_cfg = None
-test_evaluator = None
-
-default_hooks = dict(
-    logger=dict(type='LoggerHook', interval=1),
-    checkpoint=dict(type='CheckpointHook', interval=1000, by_epoch=False))
-log_processor = dict(by_epoch=False)
-custom_hooks = [dict(type='UnusedParamsHook', interval=1)]
-randomness = dict(seed=0)
-load_from = None

@@ -6,7 +6,7 @@
 # and trains on DDP's fast path.
 _base_ = [
     'mmdet3d::pointpillars/pointpillars_hv_secfpn_8xb6-160e_kitti-3d-3class.py',
-    '../_base_/ddp_guard.py'
+    '../_base_/ddp_guard.py', '../_base_/schedules/tiny_run.py'
 ]
 
 data_root = 'data/tiny/kitti/'
@@ -26,21 +26,6 @@ train_dataloader = dict(
     persistent_workers=False,
     dataset=dict(dataset=dict(data_root=data_root, pipeline=train_pipeline)))
 
-# 4 iterations at the schedule's base learning rate; no validation or test. (MMEngine
-# refuses keys that two bases both set, so this block cannot move into a shared base.)
-train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=4)
-param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=False)]
-val_dataloader = None
-val_cfg = None
-val_evaluator = None
-test_dataloader = None
-test_cfg = None
-test_evaluator = None
-
-default_hooks = dict(
-    logger=dict(type='LoggerHook', interval=1),
-    checkpoint=dict(type='CheckpointHook', interval=1000, by_epoch=False))
-log_processor = dict(by_epoch=False)
-custom_hooks = [dict(type='UnusedParamsHook', interval=1)]
-randomness = dict(seed=0)
-load_from = None
+# The short run shared by the examples: 4 iterations, a log line each, no validation
+# (why it is applied this way: configs/_base_/schedules/tiny_run.py).
+globals().update(_base_.pop('tiny_run'))
