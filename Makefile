@@ -1,7 +1,7 @@
 # The two commands of the README. Each creates .venv with the pinned stack when missing.
 PY := .venv/bin/python
 
-.PHONY: demo test test-main test-matrix venv bench clean
+.PHONY: demo test test-main test-matrix venv bench docs clean
 
 demo: venv
 	$(PY) -m mmdet3d_ddp_guard demo
@@ -22,6 +22,12 @@ venv:
 
 bench: venv
 	$(PY) benchmarks/bench_step_time.py
+
+# README.md and docs/ (docs/conf.py says why the source folder is the repository root);
+# tests/test_docs.py runs the same build, so `make test` fails on a warning too.
+docs: venv
+	$(PY) -m sphinx -W --keep-going -b html -c docs . build/docs
+	@echo "Open build/docs/docs/index.html"
 
 clean:
 	rm -rf .venv .venvs work_dirs
