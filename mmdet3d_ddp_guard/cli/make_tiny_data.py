@@ -21,9 +21,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--root', default=DEFAULT_ROOT,
                         help=f'where to write (default: {DEFAULT_ROOT}, which the example '
                         'configs read)')
+    parser.add_argument('--zoo', action='store_true',
+                        help="also the zoo run's datasets under ROOT/zoo: KITTI, nuScenes "
+                        'with cameras, Lyft, Waymo, SUN RGB-D (benchmarks/zoo.py)')
 
 
 def main(args: argparse.Namespace) -> int:
-    for name, info in make_tiny_data(args.root).items():
+    infos = make_tiny_data(args.root)
+    if args.zoo:
+        from ..examples.tiny_zoo import make_zoo_data
+        infos.update({f'zoo/{name}': info for name, info in
+                      make_zoo_data(osp.join(args.root, 'zoo')).items()})
+    for name, info in infos.items():
         print(f'{name}: {info}')
     return 0
