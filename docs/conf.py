@@ -26,6 +26,8 @@ include_patterns = ['README.md', 'docs/**']
 exclude_patterns = ['.venv', '.git', 'build', 'data', 'work_dirs', 'docs/zoo/**']
 myst_heading_anchors = 3
 autodoc_member_order = 'bysource'
+# Defaults as written in the source: `not_given()`, not a sentinel's repr.
+autodoc_preserve_defaults = True
 html_title = project
 html_show_sourcelink = False
 
