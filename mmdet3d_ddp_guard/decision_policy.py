@@ -156,6 +156,33 @@ ACCUMULATION_BUG = (
     'use DDP\'s graph search, upgrade torch to 2.4 or newer.')
 
 
+#: What a run under DDP's own graph search with gradient accumulation before torch 2.4 is
+#: told (UnusedParamsHook, under any wrapper but GuardedDDP).
+ACCUMULATION_BUG_UNGUARDED = (
+    'this run trains with DDP find_unused_parameters=True and accumulative_counts={counts} '
+    'on torch {torch_version}: DDP does not synchronise a parameter used in an earlier '
+    'micro-step of the window but not in the last one (pytorch/pytorch#69031, fixed in torch '
+    '2.4), so the ranks may silently train different weights. Fix: '
+    "model_wrapper_cfg = dict(type='GuardedDDP'), which trains it right, or torch >= 2.4.")
+
+
+def configured_accumulation(runner) -> int:
+    """The largest ``accumulative_counts`` in the Runner's ``optim_wrapper`` config (also
+    inside an ``OptimWrapperDict``'s wrappers); 1 without a Runner."""
+    if runner is None:
+        return 1
+    counts = []
+
+    def collect(cfg):
+        if isinstance(cfg, dict):
+            counts.append(cfg.get('accumulative_counts', 1))
+            for value in cfg.values():
+                collect(value)
+
+    collect(runner.cfg.get('optim_wrapper'))
+    return max(counts, default=1)
+
+
 def initial_decision(requested, source: str, static_graph: bool,
                      accumulative_counts: int = 1,
                      torch_version: Optional[str] = None) -> Decision:

@@ -14,7 +14,8 @@ from mmengine.registry import MODEL_WRAPPERS
 
 from .cpu_launch import drop_device_ids_for_cpu_module, leave_gloo_cleanly_at_exit
 from .decision_policy import (COMPLETE, STATIC_GRAPH, STRICT, Decision, DecisionPolicy,
-                              FIND_UNUSED, not_given, resolve_request)
+                              FIND_UNUSED, configured_accumulation, not_given,
+                              resolve_request)
 from .errors import static_graph_changed_error, unused_parameters_error
 from .forward_collectives import warn_forward_collectives
 from .unused_counts_comm_hook import UnusedCountsState, allreduce_with_unused_counts
@@ -128,7 +129,7 @@ class GuardedDDP(MMDistributedDataParallel):
         requested, source = resolve_request(find_unused_parameters, config_value,
                                             built_by_runner=runner is not None)
         policy = DecisionPolicy(requested, source, static_graph,
-                                accumulative_counts=_accumulative_counts(runner))
+                                accumulative_counts=configured_accumulation(runner))
         # Before DDP's own checks, which refuse torch's SyncBatchNorm on the CPU.
         warn_forward_collectives(module)
         drop_device_ids_for_cpu_module(module, kwargs)
@@ -302,23 +303,6 @@ def _after_backward(optim_wrapper: OptimWrapper, callback):
         yield
     finally:
         del optim_wrapper.backward
-
-
-def _accumulative_counts(runner) -> int:
-    """The largest ``accumulative_counts`` in the config's ``optim_wrapper`` (also inside an
-    ``OptimWrapperDict``'s wrappers); 1 without a Runner or an optim wrapper."""
-    if runner is None:
-        return 1
-    counts = []
-
-    def collect(cfg):
-        if isinstance(cfg, dict):
-            counts.append(cfg.get('accumulative_counts', 1))
-            for value in cfg.values():
-                collect(value)
-
-    collect(runner.cfg.get('optim_wrapper'))
-    return max(counts, default=1)
 
 
 def _building_runner():

@@ -148,3 +148,16 @@ def test_python_built_graph_search_refuses_accumulation_before_torch_2_4():
         assert run_distributed(_python_built_graph_search_with_accumulation) == \
             [FIND_UNUSED] * 2
 
+
+
+@pytest.mark.timeout(300)
+def test_hook_warns_about_the_graph_search_with_accumulation_before_torch_2_4(tmp_path):
+    """The folk remedy without GuardedDDP: DDP's own find_unused_parameters=True with
+    accumulative_counts=2. The hook says so in the log before torch 2.4, and not after."""
+    run_distributed(
+        train_toy_runner, str(tmp_path), 'rank_dependent',
+        dict(type='CPUCompatibleMMDDP', find_unused_parameters=True),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.05), accumulative_counts=2))
+    logs = ''.join(path.read_text() for path in tmp_path.rglob('*.log'))
+    assert 'UnusedParamsHook' in logs
+    assert ('pytorch/pytorch#69031' in logs) == OLD_GRAPH_SEARCH

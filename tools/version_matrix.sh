@@ -5,8 +5,9 @@
 # mmengine 0.8.0 (the oldest of each that is supported), torch 2.1.2 (the newest torch with
 # mmcv 2.1 wheels) and torch 2.14.1 (the newest served) with mmengine 0.10.7.
 #
-# Each leg has its own venv under .venvs/, created when missing (a stamp of this file and
-# setup.py says it is complete). torch and mmengine are installed first, as a user has them;
+# Each leg has its own venv, .venvs/LEG, created when missing (a stamp of the leg's line
+# below says it is complete); like .venv (tools/make_venv.sh) it is a link into the store
+# outside the checkout, so that a fresh clone on the same machine reuses it. torch and mmengine are installed first, as a user has them;
 # then this package with a regular `pip install .`, dependencies included, which must leave
 # torch exactly as it was. The main stack (torch 2.13) is tested by `make test` itself.
 #
@@ -27,6 +28,8 @@ TESTS=(
   tests/test_outcome_words.py tests/test_cpu_launch.py
 )
 
+STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
+
 say() { printf 'version_matrix [%d:%02d]: %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 
 find_python() {
@@ -45,7 +48,11 @@ find_python() {
 make_leg_venv() {
   local name=$1 python_version=$2 stack=$3
   local venv=".venvs/$name" want
-  want=$(cat tools/version_matrix.sh setup.py | sha256sum | cut -c1-16)
+  if [ ! -e "$venv" ]; then
+    mkdir -p .venvs "$STORE/venvs"
+    ln -sfn "$STORE/venvs/$name" "$venv"
+  fi
+  want=$(echo "$python_version $stack" | sha256sum | cut -c1-16)
   if [ -f "$venv/.complete" ] && [ "$(cat "$venv/.complete")" = "$want" ]; then
     # The package itself is reinstalled every run: it is what is under test.
     "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall .
@@ -53,9 +60,9 @@ make_leg_venv() {
   fi
   local python
   python=$(find_python "$python_version")
-  rm -rf "$venv"
+  rm -rf "$(readlink -f "$venv")"
   say "$name: creating $venv (Python $python_version: $stack)"
-  "$python" -m venv "$venv"
+  "$python" -m venv "$(readlink -f "$venv")"
   local pip="$venv/bin/python -m pip --disable-pip-version-check"
   # shellcheck disable=SC2086  # the stack is a list of requirement words
   $pip install -q $stack pytest pytest-timeout
@@ -75,7 +82,7 @@ make_leg_venv() {
 # runs Python 3.8 (annotations count: Python 3.8 evaluates them at import).
 check_python38() {
   say "vermin: the package and setup.py must run on Python 3.8"
-  ".venvs/$1/bin/vermin" --target=3.8- --violations --eval-annotations --no-tips \
+  ".venvs/$1/bin/python" -m vermin --target=3.8- --violations --eval-annotations --no-tips \
     mmdet3d_ddp_guard setup.py
 }
 

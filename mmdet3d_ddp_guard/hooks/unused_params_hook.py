@@ -2,18 +2,22 @@ import os
 import textwrap
 from typing import Dict, List, Optional
 
+import torch
+
 from mmengine.dist import master_only
 from mmengine.hooks import CheckpointHook, Hook, LoggerHook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 from torch.nn.parallel import DistributedDataParallel
 
+from ..decision_policy import ACCUMULATION_BUG_UNGUARDED, configured_accumulation
 from ..errors import unused_parameters_error
 from ..guarded_ddp import GuardedDDP
 from ..usage_history import (HistoryFile, history_path, read_history, table_path,
                              write_table)
 from ..usage_record import IterationUsage, ParamUsageRecord
 from ..usage_summary import summary_dict, summary_text, write_summary
+from ..versions import graph_search_accumulates_right
 
 CHECKPOINT_KEY = 'unused_params'
 
@@ -119,11 +123,20 @@ class UnusedParamsHook(Hook):
             self._ddp_fast_path = (isinstance(model, DistributedDataParallel)
                                    and not model.find_unused_parameters
                                    and not model.static_graph)
+            self._warn_graph_search_accumulation(runner, model)
         self._runner = runner
         self.record.add_listener(self._on_usage)
         self.out_dir = self.out_dir or runner.work_dir
         self.history = HistoryFile(history_path(self.out_dir, self.file_prefix), runner.logger)
         self._prepare_out_dir(runner)
+
+    @staticmethod
+    def _warn_graph_search_accumulation(runner, model) -> None:
+        counts = configured_accumulation(runner)
+        if isinstance(model, DistributedDataParallel) and model.find_unused_parameters \
+                and counts > 1 and not graph_search_accumulates_right(torch.__version__):
+            runner.logger.warning('UnusedParamsHook: ' + ACCUMULATION_BUG_UNGUARDED.format(
+                counts=counts, torch_version=torch.__version__))
 
     @master_only
     def _prepare_out_dir(self, runner) -> None:
