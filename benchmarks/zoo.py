@@ -282,8 +282,8 @@ def run_row(row: Dict, root: str, args) -> Dict:
     started = time.monotonic()
     try:
         ensure_data(row.get('datasets') or [])
-        path, work_dir, shrunk = write_config(config, root, args.image_factor,
-                                              args.train_iters)
+        factor = args.image_factor or zoo_overrides.image_factor_for(config)
+        path, work_dir, shrunk = write_config(config, root, factor, args.train_iters)
     except Exception as error:  # noqa: BLE001 - the row records it
         row.update(built=False, error=traceback.format_exc()[-3000:],
                    reason=f'the zoo could not prepare it: {_one_line(error)}')
@@ -349,7 +349,8 @@ def probe(configs: List[str], root: str, args) -> int:
         try:
             cfg = Config.fromfile(osp.join(root, config))
             ensure_data(zoo_overrides.dataset_types(cfg))
-            zoo_overrides.shrink(cfg, DATA_ROOT, args.image_factor, args.train_iters)
+            zoo_overrides.shrink(cfg, DATA_ROOT, args.image_factor or
+                                 zoo_overrides.image_factor_for(config), args.train_iters)
             init_default_scope(cfg.get('default_scope') or 'mmdet3d')
             from mmdet3d.registry import DATASETS
             dataset = DATASETS.build(cfg.train_dataloader.dataset)
@@ -498,7 +499,9 @@ def parse_args(argv=None):
                         help='iterations simulated by check (default 2)')
     parser.add_argument('--train-ranks', type=int, default=2)
     parser.add_argument('--train-iters', type=int, default=2)
-    parser.add_argument('--image-factor', type=float, default=zoo_overrides.IMAGE_FACTOR)
+    parser.add_argument('--image-factor', type=float, default=None,
+                        help='resize images to this fraction of the config\'s size (default: '
+                        f'{zoo_overrides.IMAGE_FACTOR}, or the family\'s in zoo_overrides)')
     parser.add_argument('--no-train', action='store_true',
                         help='check only; the rows stay pending for the training')
     parser.add_argument('--check-timeout', type=float, default=1800)

@@ -238,7 +238,19 @@ MODEL_SHRINKS = {
     # ImVoxelNet: the 3D voxel volume is 216 x 248 x 12; a quarter of it in x and y keeps
     # every layer (the 3D neck's convolutions do not depend on the grid size).
     'ImVoxelNet': [('n_voxels', [54, 62, 12], 'voxel volume 216x248x12 -> 54x62x12')],
+    # MultiViewDfM: 0.5 m voxels make a 220 x 300 x 12 volume of 64 channels; 2 m ones in x
+    # and y keep z (12 cells, which OutdoorImVoxelNeck reduces to 1) and every layer.
+    'MultiViewDfM': [('voxel_size', (2.0, 2.0, 0.5),
+                      'voxel size (0.5, 0.5, 0.5) -> (2.0, 2.0, 0.5): volume 220x300x12 -> '
+                      '55x75x12')],
 }
+
+#: Image factor per family where the default is too slow (several cameras per sample).
+FAMILY_IMAGE_FACTORS = {'mvfcos3d': 0.25}
+
+
+def image_factor_for(config: str) -> float:
+    return FAMILY_IMAGE_FACTORS.get(config.split('/')[0], IMAGE_FACTOR)
 
 
 def _shrink_model(cfg, changes: List[str]) -> None:
