@@ -5,13 +5,33 @@
 # with its C++ ops against the installed torch (--no-build-isolation); mmdet3d and the two
 # dataset SDKs with --no-deps, because their declared deps pull open3d, matplotlib<3.6
 # (no wheel for Python 3.11) and linters.
+#
+# .venv is a link to a venv kept in a store outside the checkout (default
+# ~/.cache/mmdet3d_ddp_guard/venv; DDP_GUARD_VENV_STORE moves it), so that a fresh clone on
+# a machine that has built the stack once (CI runs in a fresh clone on the session's own
+# machine) reuses it instead of spending 20 to 50 minutes on it again. A .venv folder of an
+# older checkout is used as it is. The editable install of this package is pointed at the
+# checkout that asks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv
+STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
+if [ ! -e "$VENV" ]; then
+  mkdir -p "$STORE"
+  ln -sfn "$STORE/venv" "$VENV"
+fi
 STAMP="$VENV/.stack-complete"
-# The stamp holds a hash of what defines the stack: edit a pin and the next run reinstalls.
-WANT=$(cat tools/make_venv.sh requirements/stack.txt setup.py | sha256sum | cut -c1-16)
+# The stamp holds a hash of what defines the stack (edit a pin and the next run reinstalls)
+# and the checkout the editable install points at.
+WANT="$(cat tools/make_venv.sh requirements/stack.txt setup.py | sha256sum | cut -c1-16) $(pwd)"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then exit 0; fi
+if [ -f "$STAMP" ] && [ "$(cut -d' ' -f1 "$STAMP")" = "${WANT%% *}" ]; then
+  # The same stack, another checkout: only the editable install moves.
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+    --no-build-isolation -e .
+  echo "$WANT" >"$STAMP"
+  exit 0
+fi
 PY=${PYTHON:-python3}
 # Progress on stderr with the elapsed time: the first run takes many minutes (README, Set-up).
 say() { printf 'make_venv [%d:%02d]: %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
@@ -33,7 +53,8 @@ with_heartbeat() {
   wait "$pid"
 }
 say "building $VENV (the first time: 10 to 25 minutes on 2 cores, most of it mmcv's compile)"
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+# Created where the link points, so that its scripts name the store's path.
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$(readlink -f "$VENV")"
 PIP="$VENV/bin/python -m pip --disable-pip-version-check"
 $PIP install -q --upgrade pip==24.3.1
 $PIP install -q setuptools==80.9.0 wheel

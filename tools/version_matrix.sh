@@ -82,8 +82,8 @@ make_leg_venv() {
 # runs Python 3.8 (annotations count: Python 3.8 evaluates them at import).
 check_python38() {
   say "vermin: the package and setup.py must run on Python 3.8"
-  ".venvs/$1/bin/python" -m vermin --target=3.8- --violations --eval-annotations --no-tips \
-    mmdet3d_ddp_guard setup.py
+  ".venvs/$1/bin/python" -c 'import sys, vermin; sys.exit(vermin.main())' \
+    --target=3.8- --violations --eval-annotations --no-tips mmdet3d_ddp_guard setup.py
 }
 
 repo=$(pwd)
