@@ -250,8 +250,8 @@ class GuardedDDP(MMDistributedDataParallel):
     def _release_unused_everywhere(self, indices, counts: torch.Tensor) -> None:
         """Sets grad None for this rank's unused parameters that no rank used in any
         micro-step of the window and whose grad was None before it, as DDP's graph search
-        leaves them, so that the optimizer skips them (no momentum, no weight decay). Reads only these parameters' counts: a
-        host sync on this slow path alone."""
+        leaves them, so that the optimizer skips them (no momentum, no weight decay). Reads
+        only these parameters' counts: a host sync on this slow path alone."""
         params = self.usage_record.table.params
         per_step = counts[:-1].view(-1, len(params))[:, indices]
         everywhere = (per_step > self.usage_record.world_size - 0.5).all(dim=0).tolist()

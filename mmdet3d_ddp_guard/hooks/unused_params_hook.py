@@ -3,7 +3,6 @@ import textwrap
 from typing import Dict, List, Optional
 
 import torch
-
 from mmengine.dist import master_only
 from mmengine.hooks import CheckpointHook, Hook, LoggerHook
 from mmengine.model import is_model_wrapper
