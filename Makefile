@@ -1,5 +1,8 @@
 # The two commands of the README. Each creates .venv with the pinned stack when missing.
 PY := .venv/bin/python
+# tools/make_venv.sh installs without byte-compiling (--no-compile): Python writes the bytecode
+# of the modules a run imports, once, where a machine's environment would forbid it.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test test-matrix venv bench docs clean
 

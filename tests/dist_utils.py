@@ -3,6 +3,13 @@
 A hang (the failure mode of DDP with rank-dependent unused parameters) fails the test with
 the ranks' last output instead of blocking CI.
 
+The ranks are forked from a multiprocessing fork server that has imported torch, MMEngine,
+MMDetection3D and this package once for the whole session. Spawned ranks would each import
+them again: seconds per rank on a quiet machine, over a minute on a loaded 2-core CI machine,
+and the suite starts a few hundred ranks. The fork server has run no torch operation, so its
+children start with no thread pool or process group to inherit; they take the test's
+environment variables with their arguments, since a fork server keeps those of its own start.
+
 On a GPU machine the same tests run on CUDA: ``DDP_GUARD_TEST_BACKEND=nccl`` and
 ``DDP_GUARD_TEST_WORLD_SIZE=1`` select NCCL at world size 1 (default: gloo, 2 ranks, which
 share the one GPU when there is one).
@@ -20,8 +27,16 @@ import torch.multiprocessing as mp
 from mmdet3d_ddp_guard.launch import free_port
 
 
+# Imported once in the fork server; a module missing here (mmdet3d in a version-matrix
+# venv) is skipped by multiprocessing and imported by the ranks that need it.
+PRELOADED = ['torch', 'torch.distributed', 'torch.nn.parallel', 'mmengine.runner',
+             'mmdet3d_ddp_guard', 'mmdet3d.models', 'mmdet3d.datasets', 'tests.scenarios']
+
+
 def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kwargs: dict,
-            queue) -> None:
+            queue, environment: dict) -> None:
+    os.environ.clear()
+    os.environ.update(environment)
     # Ranks beyond the GPU count share GPUs; MMEngine's logger indexes the visible GPUs
     # with LOCAL_RANK, so it must name a GPU that exists.
     gpus = torch.cuda.device_count()
@@ -55,11 +70,12 @@ def run_distributed(fn: Callable, *args, world_size: int = 2, timeout: float = 2
     when the ranks did not all finish within ``timeout`` seconds (a hang).
     """
     world_size = int(os.environ.get('DDP_GUARD_TEST_WORLD_SIZE', world_size))
-    context = mp.get_context('spawn')
+    context = mp.get_context('forkserver')
+    context.set_forkserver_preload(PRELOADED)
     queue = context.Queue()
     port = free_port()
     processes = [context.Process(target=_worker, args=(rank, world_size, port, fn, args, kwargs,
-                                                              queue))
+                                                       queue, dict(os.environ)))
                  for rank in range(world_size)]
     for process in processes:
         process.start()

@@ -6,14 +6,21 @@
 # dataset SDKs with --no-deps, because their declared deps pull open3d, matplotlib<3.6
 # (no wheel for Python 3.11) and linters.
 #
+# --no-compile: pip byte-compiles every module it installs, about 15,000 here; on a loaded
+# 2-core machine, where the stack's installs took 55 minutes, compiling networkx's 580
+# modules took 52 s, so about 20 minutes in all. The Makefile lets Python write the bytecode
+# of the modules a run imports instead, once.
+#
 # .venv is a link to a venv kept in a store outside the checkout (default
 # ~/.cache/mmdet3d_ddp_guard/venv; DDP_GUARD_VENV_STORE moves it), so that a fresh clone on
-# a machine that has built the stack once (CI runs in a fresh clone on the session's own
-# machine) reuses it instead of spending 20 to 50 minutes on it again. A .venv folder of an
+# a machine that has built the stack once reuses it instead of spending 20 to 50 minutes on
+# it again. A .venv folder of an
 # older checkout is used as it is. The editable install of this package is pointed at the
 # checkout that asks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The import check at the end then writes the bytecode of what a run imports (see --no-compile).
+unset PYTHONDONTWRITEBYTECODE
 VENV=.venv
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
 if [ ! -e "$VENV" ]; then
@@ -56,22 +63,23 @@ say "building $VENV (the first time: 10 to 25 minutes on 2 cores, most of it mmc
 # Created where the link points, so that its scripts name the store's path.
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$(readlink -f "$VENV")"
 PIP="$VENV/bin/python -m pip --disable-pip-version-check"
-$PIP install -q --upgrade pip==24.3.1
-$PIP install -q setuptools==80.9.0 wheel
+INSTALL="install --no-compile"
+$PIP $INSTALL -q --upgrade pip==24.3.1
+$PIP $INSTALL -q setuptools==80.9.0 wheel
 say "installing torch 2.13.0 (CPU)"
-with_heartbeat "torch" $PIP install -q torch==2.13.0
-$PIP install -q setuptools==80.9.0
+with_heartbeat "torch" $PIP $INSTALL -q torch==2.13.0
+$PIP $INSTALL -q setuptools==80.9.0
 say "installing the pinned stack (requirements/stack.txt)"
-with_heartbeat "the pinned stack" $PIP install -q -r requirements/stack.txt
+with_heartbeat "the pinned stack" $PIP $INSTALL -q -r requirements/stack.txt
 if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops" 2>/dev/null; then
   say "building mmcv 2.1.0 with its C++ ops: 7 to 20 minutes on 2 cores, silent but working"
   MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-2} \
-    with_heartbeat "mmcv's compile" $PIP install -q --no-build-isolation mmcv==2.1.0
+    with_heartbeat "mmcv's compile" $PIP $INSTALL -q --no-build-isolation mmcv==2.1.0
 fi
 say "installing mmdet3d 1.4.0, the dataset SDKs and this package"
-$PIP install -q --no-deps mmdet3d==1.4.0 nuscenes-devkit==1.1.11 lyft-dataset-sdk==0.0.8
+$PIP $INSTALL -q --no-deps mmdet3d==1.4.0 nuscenes-devkit==1.1.11 lyft-dataset-sdk==0.0.8
 # The PEP 660 editable install (pyproject.toml), built with the pinned setuptools above.
-$PIP install -q --no-deps --no-build-isolation -e .
+$PIP $INSTALL -q --no-deps --no-build-isolation -e .
 "$VENV/bin/python" -c "import torch, mmengine, mmcv.ops, mmdet, mmdet3d, mmdet3d_ddp_guard"
 echo "$WANT" > "$STAMP"
 say "done"
