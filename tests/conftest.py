@@ -3,6 +3,22 @@ import os
 import pytest
 import torch.distributed as dist
 
+from tests.timeouts import scaled, slowdown
+
+
+def pytest_report_header(config):
+    return f'timeouts x{slowdown():.1f} for this machine\'s speed (tests/timeouts.py)'
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every pytest-timeout limit, from a test's marker or pytest.ini, scaled to this machine."""
+    for item in items:
+        marker = item.get_closest_marker('timeout')
+        seconds = (marker.args[0] if marker and marker.args
+                   else marker.kwargs['timeout'] if marker and 'timeout' in marker.kwargs
+                   else float(config.getini('timeout')))
+        item.add_marker(pytest.mark.timeout(scaled(seconds)), append=False)
+
 
 @pytest.fixture
 def single_rank_group():

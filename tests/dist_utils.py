@@ -25,6 +25,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from mmdet3d_ddp_guard.launch import free_port
+from tests.timeouts import scaled
 
 
 # Imported once in the fork server; a module missing here (mmdet3d in a version-matrix
@@ -67,8 +68,10 @@ def run_distributed(fn: Callable, *args, world_size: int = 2, timeout: float = 2
     """``fn(rank, world_size, *args, **kwargs)`` on every rank; returns the results by rank.
 
     Raises DistributedRunError with every failing rank's traceback when a rank raised, and
-    when the ranks did not all finish within ``timeout`` seconds (a hang).
+    when the ranks did not all finish within ``timeout`` seconds (a hang; written for a quiet
+    machine and scaled to this one, tests/timeouts.py).
     """
+    timeout = scaled(timeout)
     world_size = int(os.environ.get('DDP_GUARD_TEST_WORLD_SIZE', world_size))
     context = mp.get_context('forkserver')
     context.set_forkserver_preload(PRELOADED)

@@ -6,6 +6,7 @@ import pytest
 
 from mmdet3d_ddp_guard.__main__ import main
 from mmdet3d_ddp_guard.cli.demo import TOY_CONFIG
+from tests.timeouts import scaled
 
 
 def test_exits_1_and_names_parameters_when_plain_ddp_would_fail(tmp_path, capsys):
@@ -35,5 +36,5 @@ def test_bad_usage_exits_2(argv, words, capsys):
 def test_console_entry_point_runs_as_a_module(tmp_path):
     run = subprocess.run([sys.executable, '-m', 'mmdet3d_ddp_guard', 'check', TOY_CONFIG,
                           '--iters', '2', '--work-dir', str(tmp_path)],
-                         capture_output=True, text=True, timeout=110)
+                         capture_output=True, text=True, timeout=scaled(110))
     assert run.returncode == 1, run.stderr[-2000:]

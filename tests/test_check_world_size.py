@@ -19,6 +19,7 @@ from mmdet3d_ddp_guard.launch import torchrun_train
 
 pytest.importorskip('mmcv')
 from mmdet3d_ddp_guard.examples.gated_refiner_toy import ToyGatedRefinerDetector  # noqa: E402
+from tests.timeouts import scaled  # noqa: E402
 
 CONFIG = osp.join(REPO_CONFIGS, 'toy', 'toy_gated_refiner_pedestrian.py')
 REFINER = ['refiner.0.weight', 'refiner.0.bias', 'refiner.1.weight', 'refiner.1.bias']
@@ -86,7 +87,7 @@ def test_sync_batchnorm_on_two_ranks_that_both_run_it_is_ok(tmp_path):
 def test_real_four_rank_plain_ddp_fails_where_predicted(tmp_path):
     _, prediction = _check(tmp_path, '--world-size', '4')
     run = torchrun_train(CONFIG, str(tmp_path / 'run'), nproc=4,
-                         cfg_options=plain_ddp_options(), timeout=150)
+                         cfg_options=plain_ddp_options(), timeout=scaled(150))
     assert run.returncode != 0 and not run.timed_out, run.output[-3000:]
     reported = dict(re.findall(r'Parameter indices which did not receive grad for rank '
                                r'(\d+): ([\d ]+)', run.output))
@@ -104,7 +105,7 @@ def test_real_four_rank_plain_ddp_fails_where_predicted(tmp_path):
 def test_real_four_rank_static_graph_trains_as_predicted(tmp_path):
     # Each rank keeps its own unused set from the first iteration: DDP's static graph
     # accepts that, as the prediction above says.
-    run = torchrun_train(CONFIG, str(tmp_path), nproc=4, timeout=150,
+    run = torchrun_train(CONFIG, str(tmp_path), nproc=4, timeout=scaled(150),
                          cfg_options=plain_ddp_options() + ['model_wrapper_cfg.static_graph=True'])
     assert run.returncode == 0 and 'Iter(train) [4/4]' in run.output, run.output[-3000:]
 
@@ -112,7 +113,7 @@ def test_real_four_rank_static_graph_trains_as_predicted(tmp_path):
 @pytest.mark.timeout(200)
 def test_real_two_rank_plain_ddp_trains(tmp_path):
     run = torchrun_train(CONFIG, str(tmp_path), nproc=2, cfg_options=plain_ddp_options(),
-                         timeout=150)
+                         timeout=scaled(150))
     assert run.returncode == 0 and 'Iter(train) [4/4]' in run.output, run.output[-3000:]
 
 

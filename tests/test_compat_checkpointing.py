@@ -17,6 +17,7 @@ from mmdet3d_ddp_guard.launch import torchrun_train
 from tests.dist_utils import DistributedRunError, run_distributed
 from tests.equivalence import assert_trains_like_graph_search
 from tests.scenarios import train_guarded_and_reference, train_toy
+from tests.timeouts import scaled
 
 # The toy's trunk (a block, used, and the branch, unused where iteration + rank is odd) is
 # checkpointed; outside it the dead layer is unused everywhere and the aux head on rank 1.
@@ -54,7 +55,7 @@ PGD_WITH_CP = osp.join(REPO_CONFIGS, 'pgd',
 
 def _train_pgd(kitti_root, work_dir, *options):
     pytest.importorskip('mmdet3d')
-    return torchrun_train(PGD_WITH_CP, str(work_dir), timeout=240, cfg_options=[
+    return torchrun_train(PGD_WITH_CP, str(work_dir), timeout=scaled(240), cfg_options=[
         f'train_dataloader.dataset.data_root={kitti_root}', *options])
 
 

@@ -14,6 +14,7 @@ from tests.crash_once_hook import CRASH_MESSAGE
 from tests.dist_utils import run_distributed
 from tests.equivalence import assert_trains_like_graph_search
 from tests.scenarios import train_guarded_and_reference
+from tests.timeouts import scaled
 
 # The toy config's model with a branch that ranks disagree on, through tools/train.py.
 PATTERN = 'rank_dependent'
@@ -70,7 +71,7 @@ def test_two_torchrun_agents_as_two_nodes(tmp_path):
 
         def node(node_rank):
             return torchrun_train(
-                TOY_CONFIG, str(work_dir), nproc=1, timeout=150, cfg_options=TOY_OPTIONS,
+                TOY_CONFIG, str(work_dir), nproc=1, timeout=scaled(150), cfg_options=TOY_OPTIONS,
                 torchrun_args=['--nnodes=2', f'--node_rank={node_rank}',
                                '--rdzv-backend=c10d', f'--rdzv-endpoint={endpoint}',
                                f'--rdzv-id={tmp_path.name}{attempt}'])
@@ -127,7 +128,7 @@ def test_torchrun_restart_resumes_and_the_hook_covers_every_iteration_once(tmp_p
                TORCH_DISABLE_SHARE_RDZV_TCP_STORE='1')
     for attempt in range(RESTART_ATTEMPTS):
         work_dir = str(tmp_path / f'attempt{attempt}')
-        run = torchrun_train(config, work_dir, timeout=150, env=env,
+        run = torchrun_train(config, work_dir, timeout=scaled(150), env=env,
                              torchrun_args=['--nnodes=1', '--rdzv-backend=c10d',
                                             f'--rdzv-endpoint=127.0.0.1:{free_port()}',
                                             '--max-restarts=1'],

@@ -11,6 +11,7 @@ import torch
 from mmdet3d_ddp_guard.cpu_launch import allow_cpu_init_dist, gloo_worker_states
 from mmdet3d_ddp_guard.launch import free_port
 from tests.dist_utils import run_distributed
+from tests.timeouts import scaled
 
 
 def test_wraps_once_and_is_marked():
@@ -48,5 +49,5 @@ def test_gloo_ranks_that_ran_ddp_exit_cleanly(group):
     for _ in range(3):
         run = subprocess.run([sys.executable, '-m', 'torch.distributed.run',
                               '--nproc_per_node=4', f'--master_port={free_port()}', script,
-                              group], capture_output=True, text=True, timeout=200)
+                              group], capture_output=True, text=True, timeout=scaled(200))
         assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Iterator, List, Optional, Set, Tuple
 
+from tests.timeouts import scaled
+
 ROOT = Path(__file__).resolve().parents[1]
 # Top-level folders that hold no documented code: local state, built or generated.
 NOT_DOCUMENTED = {'.git', '.venv', 'build', 'data', 'work_dirs', '.pytest_cache'}
@@ -147,7 +149,7 @@ def test_sphinx_builds_the_docs_without_a_warning(tmp_path):
                '-c', 'docs', '.', str(tmp_path / 'html')]
     try:
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
-                                timeout=840, env=dict(os.environ, PYTHONWARNINGS='ignore'))
+                                timeout=scaled(840), env=dict(os.environ, PYTHONWARNINGS='ignore'))
     except subprocess.TimeoutExpired as error:
         raise AssertionError(f'sphinx-build ran past {error.timeout} s') from None
     assert result.returncode == 0, (

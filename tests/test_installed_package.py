@@ -11,6 +11,8 @@ import textwrap
 
 import pytest
 
+from tests.timeouts import scaled
+
 INSTALLED = importlib.util.find_spec('mmdet3d_ddp_guard_config_scope') is not None
 if not INSTALLED and os.environ.get('DDP_GUARD_EXPECT_INSTALLED') != '1':
     pytest.skip('mmdet3d_ddp_guard is installed in editable mode here; the version matrix '
@@ -67,6 +69,6 @@ def test_scoped_config_paths_work_after_a_regular_install(tmp_path):
     (tmp_path / 'user_config.py').write_text(USER_CONFIG)
     (tmp_path / 'example_config.py').write_text(EXAMPLE_CONFIG)
     run = subprocess.run([sys.executable, '-c', USER_SCRIPT], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=200)
+                         capture_output=True, text=True, timeout=scaled(200))
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     assert 'trained 2 iterations under GuardedDDP with 1 UnusedParamsHook' in run.stdout

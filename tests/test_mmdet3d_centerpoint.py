@@ -14,6 +14,7 @@ from mmdet3d_ddp_guard.__main__ import main
 from mmdet3d_ddp_guard.cli.demo import REPO_CONFIGS, logged_blocks, plain_ddp_options
 from mmdet3d_ddp_guard.examples.tiny_nuscenes import make_tiny_nuscenes
 from mmdet3d_ddp_guard.launch import torchrun_train
+from tests.timeouts import scaled
 
 pytest.importorskip('mmdet3d')
 
@@ -32,7 +33,7 @@ def data_root(tmp_path_factory):
 
 
 def _train(data_root, work_dir, *options):
-    return torchrun_train(CONFIG, str(work_dir), timeout=240, cfg_options=[
+    return torchrun_train(CONFIG, str(work_dir), timeout=scaled(240), cfg_options=[
         f'train_dataloader.dataset.data_root={data_root}', *options])
 
 

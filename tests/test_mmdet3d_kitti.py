@@ -14,6 +14,7 @@ pytest.importorskip('mmdet3d')
 
 from mmdet3d_ddp_guard.cli.demo import REPO_CONFIGS, plain_ddp_options  # noqa: E402
 from mmdet3d_ddp_guard.launch import torchrun_train  # noqa: E402
+from tests.timeouts import scaled  # noqa: E402
 
 POINTPILLARS = osp.join(REPO_CONFIGS, 'pointpillars',
                         'pointpillars_hv_secfpn_tiny-kitti-3d-3class.py')
@@ -24,7 +25,7 @@ SMOKE_UNUSED = ('backbone.level3.project.0.weight', 'backbone.level3.project.1.w
 
 
 def _train(config, data_root_key, kitti_root, work_dir, *options):
-    return torchrun_train(config, str(work_dir), timeout=240,
+    return torchrun_train(config, str(work_dir), timeout=scaled(240),
                           cfg_options=[f'{data_root_key}={kitti_root}', *options])
 
 

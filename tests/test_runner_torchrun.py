@@ -6,12 +6,13 @@ import pytest
 
 from mmdet3d_ddp_guard.cli.demo import TOY_CONFIG, logged_blocks, plain_ddp_options
 from mmdet3d_ddp_guard.launch import torchrun_train
+from tests.timeouts import scaled
 
 pytestmark = pytest.mark.timeout(200)
 
 
 def _train(tmp_path, *options):
-    return torchrun_train(TOY_CONFIG, str(tmp_path), cfg_options=options, timeout=150)
+    return torchrun_train(TOY_CONFIG, str(tmp_path), cfg_options=options, timeout=scaled(150))
 
 
 def test_guarded_ddp_trains_through_tools_train_py(tmp_path):

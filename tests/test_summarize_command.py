@@ -9,6 +9,7 @@ from mmdet3d_ddp_guard.cli.demo import TOY_CONFIG
 from mmdet3d_ddp_guard.launch import torchrun_train
 from tests.dist_utils import run_distributed
 from tests.scenarios import train_toy_runner
+from tests.timeouts import scaled
 
 
 def _complete_lines(path):
@@ -22,7 +23,7 @@ def _complete_lines(path):
 def test_a_killed_two_rank_run_gets_the_verdict_the_finished_run_would_have(tmp_path, capsys):
     killed = str(tmp_path / 'killed')
     jsonl = osp.join(killed, 'unused_params.jsonl')
-    run = torchrun_train(TOY_CONFIG, killed, timeout=150,
+    run = torchrun_train(TOY_CONFIG, killed, timeout=scaled(150),
                          cfg_options=['train_cfg.max_iters=100000', 'model.pattern=rank_dependent'],
                          stop_when=lambda: _complete_lines(jsonl) >= 3)
     assert run.stopped, run.output[-3000:]
