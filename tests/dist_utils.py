@@ -17,6 +17,7 @@ share the one GPU when there is one).
 import io
 import os
 import queue as queue_module
+import sys
 import traceback
 from typing import Any, Callable, List
 
@@ -28,10 +29,13 @@ from mmdet3d_ddp_guard.launch import free_port
 from tests.timeouts import scaled
 
 
-# Imported once in the fork server; a module missing here (mmdet3d in a version-matrix
-# venv) is skipped by multiprocessing and imported by the ranks that need it.
+# Imported once in the fork server. mmdet3d's models and datasets join them only when the
+# session has imported mmdet3d itself (a test collected that needs it): the fork server
+# survives only an ImportError, and mmdet/mmdet3d refuse an mmcv they do not accept with an
+# AssertionError.
 PRELOADED = ['torch', 'torch.distributed', 'torch.nn.parallel', 'mmengine.runner',
-             'mmdet3d_ddp_guard', 'mmdet3d.models', 'mmdet3d.datasets', 'tests.scenarios']
+             'mmdet3d_ddp_guard', 'tests.scenarios']
+PRELOADED_WITH_MMDET3D = ['mmdet3d.models', 'mmdet3d.datasets']
 
 
 def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kwargs: dict,
@@ -74,7 +78,8 @@ def run_distributed(fn: Callable, *args, world_size: int = 2, timeout: float = 2
     timeout = scaled(timeout)
     world_size = int(os.environ.get('DDP_GUARD_TEST_WORLD_SIZE', world_size))
     context = mp.get_context('forkserver')
-    context.set_forkserver_preload(PRELOADED)
+    context.set_forkserver_preload(
+        PRELOADED + (PRELOADED_WITH_MMDET3D if 'mmdet3d' in sys.modules else []))
     queue = context.Queue()
     port = free_port()
     processes = [context.Process(target=_worker, args=(rank, world_size, port, fn, args, kwargs,
