@@ -10,9 +10,9 @@ demo: venv
 	$(PY) -m mmdet3d_ddp_guard demo
 
 # The whole suite on the pinned stack (Python 3.8 syntax proved by vermin in
-# tests/test_python38_syntax.py).
+# tests/test_python38_syntax.py); the slowest tests are listed at the end, for CI's budget.
 test: venv
-	$(PY) -m pytest tests -p no:cacheprovider -q
+	$(PY) -m pytest tests -p no:cacheprovider -q --durations=25
 
 # The version matrix (tools/version_matrix.sh): the torch + MMEngine part of the suite on
 # torch 1.13.1 with Python 3.8 and mmengine 0.8.0, on 2.1.2 and on 2.14.1, each installed
