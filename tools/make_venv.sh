@@ -14,9 +14,8 @@
 # .venv is a link to a venv kept in a store outside the checkout (default
 # ~/.cache/mmdet3d_ddp_guard/venv; DDP_GUARD_VENV_STORE moves it), so that a fresh clone on
 # a machine that has built the stack once reuses it instead of spending 20 to 50 minutes on
-# it again. A .venv folder of an
-# older checkout is used as it is. The editable install of this package is pointed at the
-# checkout that asks.
+# it again. A .venv folder of an older checkout is used as it is. The editable install of
+# this package is pointed at the checkout that asks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The import check at the end then writes the bytecode of what a run imports (see --no-compile).
@@ -27,6 +26,7 @@ if [ ! -e "$VENV" ]; then
   mkdir -p "$STORE"
   ln -sfn "$STORE/venv" "$VENV"
 fi
+PIP_INSTALL="$VENV/bin/python -m pip --disable-pip-version-check install --no-compile -q"
 STAMP="$VENV/.stack-complete"
 # The stamp holds a hash of what defines the stack (edit a pin and the next run reinstalls)
 # and the checkout the editable install points at.
@@ -34,8 +34,7 @@ WANT="$(cat tools/make_venv.sh requirements/stack.txt setup.py | sha256sum | cut
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then exit 0; fi
 if [ -f "$STAMP" ] && [ "$(cut -d' ' -f1 "$STAMP")" = "${WANT%% *}" ]; then
   # The same stack, another checkout: only the editable install moves.
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
-    --no-build-isolation -e .
+  $PIP_INSTALL --no-deps --no-build-isolation -e .
   echo "$WANT" >"$STAMP"
   exit 0
 fi
@@ -62,24 +61,22 @@ with_heartbeat() {
 say "building $VENV (the first time: 10 to 25 minutes on 2 cores, most of it mmcv's compile)"
 # Created where the link points, so that its scripts name the store's path.
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$(readlink -f "$VENV")"
-PIP="$VENV/bin/python -m pip --disable-pip-version-check"
-INSTALL="install --no-compile"
-$PIP $INSTALL -q --upgrade pip==24.3.1
-$PIP $INSTALL -q setuptools==80.9.0 wheel
+$PIP_INSTALL --upgrade pip==24.3.1
+$PIP_INSTALL setuptools==80.9.0 wheel
 say "installing torch 2.13.0 (CPU)"
-with_heartbeat "torch" $PIP $INSTALL -q torch==2.13.0
-$PIP $INSTALL -q setuptools==80.9.0
+with_heartbeat "torch" $PIP_INSTALL torch==2.13.0
+$PIP_INSTALL setuptools==80.9.0
 say "installing the pinned stack (requirements/stack.txt)"
-with_heartbeat "the pinned stack" $PIP $INSTALL -q -r requirements/stack.txt
+with_heartbeat "the pinned stack" $PIP_INSTALL -r requirements/stack.txt
 if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops" 2>/dev/null; then
   say "building mmcv 2.1.0 with its C++ ops: 7 to 20 minutes on 2 cores, silent but working"
   MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-2} \
-    with_heartbeat "mmcv's compile" $PIP $INSTALL -q --no-build-isolation mmcv==2.1.0
+    with_heartbeat "mmcv's compile" $PIP_INSTALL --no-build-isolation mmcv==2.1.0
 fi
 say "installing mmdet3d 1.4.0, the dataset SDKs and this package"
-$PIP $INSTALL -q --no-deps mmdet3d==1.4.0 nuscenes-devkit==1.1.11 lyft-dataset-sdk==0.0.8
+$PIP_INSTALL --no-deps mmdet3d==1.4.0 nuscenes-devkit==1.1.11 lyft-dataset-sdk==0.0.8
 # The PEP 660 editable install (pyproject.toml), built with the pinned setuptools above.
-$PIP $INSTALL -q --no-deps --no-build-isolation -e .
+$PIP_INSTALL --no-deps --no-build-isolation -e .
 "$VENV/bin/python" -c "import torch, mmengine, mmcv.ops, mmdet, mmdet3d, mmdet3d_ddp_guard"
 echo "$WANT" > "$STAMP"
 say "done"
