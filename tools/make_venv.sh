@@ -58,7 +58,7 @@ with_heartbeat() {
   done
   wait "$pid"
 }
-say "building $VENV (the first time: 10 to 25 minutes on 2 cores, most of it mmcv's compile)"
+say "building $VENV (the first time: 10 to 25 minutes on 2 quiet cores, most of it mmcv's compile)"
 # Created where the link points, so that its scripts name the store's path.
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$(readlink -f "$VENV")"
 $PIP_INSTALL --upgrade pip==24.3.1
@@ -69,8 +69,15 @@ $PIP_INSTALL setuptools==80.9.0
 say "installing the pinned stack (requirements/stack.txt)"
 with_heartbeat "the pinned stack" $PIP_INSTALL -r requirements/stack.txt
 if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops" 2>/dev/null; then
-  say "building mmcv 2.1.0 with its C++ ops: 7 to 20 minutes on 2 cores, silent but working"
-  MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-2} \
+  say "building mmcv 2.1.0 with its C++ ops: minutes on 2 quiet cores, silent but working"
+  # mmcv's 77 sources, each compiled with all of ATen's headers, were most of a fresh
+  # machine's set-up; CI's run on 2026-11-30 spent over 86 min here without finishing.
+  # tools/cxx_with_pch.sh parses those headers once (a precompiled header) for the 63 sources
+  # that start with them; -g0 drops the debug information that Python's own CFLAGS ask for
+  # (-g), which only made the objects and the memory each compile touches larger. torch
+  # calls $CXX only through ninja, hence the venv's ninja first on PATH.
+  PATH="$(readlink -f "$VENV")/bin:$PATH" CXX="$(pwd)/tools/cxx_with_pch.sh" CFLAGS=-g0 \
+    MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-2} \
     with_heartbeat "mmcv's compile" $PIP_INSTALL --no-build-isolation mmcv==2.1.0
 fi
 say "installing mmdet3d 1.4.0, the dataset SDKs and this package"

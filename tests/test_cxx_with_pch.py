@@ -1,0 +1,72 @@
+"""tools/cxx_with_pch.sh, the compiler make_venv gives mmcv's build, on a miniature of mmcv's
+source layout: it writes the precompiled header once, gcc uses it, and a source compiled with
+other flags still compiles (from the header itself) instead of failing."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.timeouts import scaled
+
+WRAPPER = Path(__file__).resolve().parents[1] / 'tools' / 'cxx_with_pch.sh'
+
+pytestmark = pytest.mark.skipif(
+    shutil.which('c++') is None or shutil.which('flock') is None,
+    reason='needs a C++ compiler and flock')
+
+
+def _miniature_mmcv(root: Path) -> Path:
+    common = root / 'mmcv' / 'ops' / 'csrc' / 'common'
+    common.mkdir(parents=True)
+    (common / 'pytorch_cpp_helper.hpp').write_text(
+        '#ifndef PYTORCH_CPP_HELPER\n#define PYTORCH_CPP_HELPER\n#include <vector>\n'
+        'inline int helper() { return HELPER_VALUE; }\n#endif\n')
+    sources = root / 'mmcv' / 'ops' / 'csrc' / 'pytorch'
+    sources.mkdir(parents=True)
+    (sources / 'op.cpp').write_text(
+        '#include "pytorch_cpp_helper.hpp"\nint op() { return helper(); }\n')
+    return common
+
+
+def _compile_as_torch_does(root: Path, common: Path, *flags: str) -> subprocess.CompletedProcess:
+    """The command line of torch's ninja rule: $cxx -MMD -MF $out.d $cflags -c $in -o $out
+    $post_cflags; -H makes gcc list what it read, a used .gch marked with '!'."""
+    source = root / 'mmcv' / 'ops' / 'csrc' / 'pytorch' / 'op.cpp'
+    command = ['bash', str(WRAPPER), '-MMD', '-MF', str(root / 'op.o.d'), f'-I{common}', '-O1',
+               '-H', *flags, '-c', str(source), '-o', str(root / 'op.o'), '-std=c++17']
+    return subprocess.run(command, capture_output=True, text=True, timeout=scaled(120))
+
+
+def test_header_is_precompiled_once_and_used(tmp_path):
+    common = _miniature_mmcv(tmp_path)
+    first = _compile_as_torch_does(tmp_path, common, '-DHELPER_VALUE=1')
+    assert first.returncode == 0, first.stderr
+    gch = common / 'pytorch_cpp_helper.hpp.gch'
+    assert gch.is_file() and (tmp_path / 'op.o').is_file()
+    assert f'! {gch}' in first.stderr, first.stderr
+    written = gch.stat().st_mtime_ns
+    second = _compile_as_torch_does(tmp_path, common, '-DHELPER_VALUE=1')
+    assert second.returncode == 0, second.stderr
+    assert gch.stat().st_mtime_ns == written, 'the .gch was written again'
+    assert f'! {gch}' in second.stderr, second.stderr
+
+
+def test_other_flags_compile_from_the_header_and_say_so(tmp_path):
+    common = _miniature_mmcv(tmp_path)
+    assert _compile_as_torch_does(tmp_path, common, '-DHELPER_VALUE=1').returncode == 0
+    other = _compile_as_torch_does(tmp_path, common, '-DHELPER_VALUE=2')
+    assert other.returncode == 0, other.stderr
+    assert 'not used because' in other.stderr, other.stderr
+    assert f'! {common}' not in other.stderr, other.stderr
+
+
+def test_sources_outside_mmcv_compile_unchanged(tmp_path):
+    source = tmp_path / 'plain.cpp'
+    source.write_text('int plain() { return 3; }\n')
+    result = subprocess.run(
+        ['bash', str(WRAPPER), '-c', str(source), '-o', str(tmp_path / 'plain.o')],
+        capture_output=True, text=True, timeout=scaled(120))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / 'plain.o').is_file()
+    assert not list(tmp_path.glob('**/*.gch'))
