@@ -72,11 +72,9 @@ if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops" 2>/dev/null; then
   say "building mmcv 2.1.0 with its C++ ops: minutes on 2 quiet cores, silent but working"
   # mmcv's 77 sources, each compiled with all of ATen's headers, were most of a fresh
   # machine's set-up; CI's run on 2026-11-30 spent over 86 min here without finishing.
-  # tools/cxx_with_pch.sh parses those headers once (a precompiled header) for the 63 sources
-  # that start with them; -g0 drops the debug information that Python's own CFLAGS ask for
-  # (-g), which only made the objects and the memory each compile touches larger. torch
-  # calls $CXX only through ninja, hence the venv's ninja first on PATH.
-  PATH="$(readlink -f "$VENV")/bin:$PATH" CXX="$(pwd)/tools/cxx_with_pch.sh" CFLAGS=-g0 \
+  # tools/mmcv_cxx.sh parses those headers once (a precompiled header) and drops the debug
+  # information. torch calls $CXX only through ninja, hence the venv's ninja first on PATH.
+  PATH="$(readlink -f "$VENV")/bin:$PATH" CXX="$(pwd)/tools/mmcv_cxx.sh" \
     MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-2} \
     with_heartbeat "mmcv's compile" $PIP_INSTALL --no-build-isolation mmcv==2.1.0
 fi
