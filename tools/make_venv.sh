@@ -59,6 +59,10 @@ with_heartbeat() {
   wait "$pid"
 }
 say "building $VENV (the first time: 10 to 25 minutes on 2 quiet cores, most of it mmcv's compile)"
+# A host that takes most of the machine's CPU makes every step many times longer (see
+# docs/getting_started.md); the log then says so before any step looks hung.
+say "this machine runs Python $("$PY" -c 'from tests.timeouts import measured_slowdown
+print(f"{measured_slowdown(3):.1f}")')x slower than a quiet core"
 # Created where the link points, so that its scripts name the store's path.
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$(readlink -f "$VENV")"
 $PIP_INSTALL --upgrade pip==24.3.1
