@@ -31,9 +31,10 @@ def _miniature_mmcv(root: Path) -> Path:
 
 
 def _compile_as_torch_does(root: Path, common: Path, *flags: str) -> subprocess.CompletedProcess:
-    """The command line torch's ninja rule wrote for mmcv 2.1.0 on torch 2.13 with setuptools
-    80.9 ($cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags, setuptools's $cflags
-    ending in a -c of its own); -H makes gcc list what it read, a used .gch marked '!'."""
+    """The command line torch's ninja rule writes for mmcv 2.1.0 on torch 2.13 with setuptools
+    80.9 ($cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags), with the second -c its
+    $cflags held when CFLAGS was set in the environment; -H makes gcc list what it read, a
+    used .gch marked '!'."""
     source = root / 'mmcv' / 'ops' / 'csrc' / 'pytorch' / 'op.cpp'
     command = ['bash', str(WRAPPER), '-MMD', '-MF', str(root / 'op.o.d'), '-g', '-O1', '-fPIC',
                f'-I{common}', '-H', *flags, '-c', '-c', str(source), '-o', str(root / 'op.o'),

@@ -14,9 +14,9 @@ compiler=${DDP_GUARD_REAL_CXX:-c++}
 command=("$@")
 header=
 pch_flags=()
-# torch's ninja rule: $cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags (setuptools's
-# $cflags may hold another -c). The header takes all but the dependency file, the source, the
-# object and -c.
+# torch's ninja rule: $cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags ($cflags held
+# a second -c when CFLAGS was set in the environment). The header takes all but the
+# dependency file, the source, the object and -c.
 while [ $# -gt 0 ]; do
   case $1 in
     -MF | -o) shift ;;
