@@ -10,7 +10,7 @@
 # - -g0: Python's own CFLAGS ask for -g; debug information about all of ATen made each object
 #   and each compile's memory several times larger, for a library nobody debugs here.
 set -euo pipefail
-compiler=${DDP_GUARD_REAL_CXX:-c++}
+compiler=c++
 command=("$@")
 header=
 pch_flags=()
