@@ -128,9 +128,36 @@ def preflight(cfg) -> Optional[Tuple[str, str]]:
             "mmdet3d 1.4.0 ships this config in MMDetection 2.x's format (`data = "
             'dict(samples_per_gpu=...)`, no `train_dataloader`): MMEngine cannot build its '
             'data, so it cannot train with mmdet3d 1.4 at all')
+    broken = broken_train_pipeline(cfg)
+    if broken:
+        return 'limitation', broken
     missing = [t for t in dataset_types(cfg) if t not in TINY_DATASETS]
     if missing:
         return 'pending', f'no tiny data for {", ".join(missing)} yet'
+    return None
+
+
+def broken_train_pipeline(cfg) -> Optional[str]:
+    """Why mmdet3d 1.4.0 cannot train the config on any data, read from its train
+    pipeline; None when nothing is wrong there."""
+    from mmdet3d.registry import TRANSFORMS
+    from mmdet3d.utils import register_all_modules
+    register_all_modules(init_default_scope=True)
+    loader = cfg.get('train_dataloader') or {}
+    for dataset in train_datasets(loader.get('dataset')):
+        for step in dataset.get('pipeline') or []:
+            kind = step.get('type', '')
+            if isinstance(kind, str) and TRANSFORMS.get(kind) is None:
+                return (f'mmdet3d 1.4.0 ships this config with the train pipeline step '
+                        f'{kind!r}, which mmdet3d 1.x no longer registers (a 0.x step), so '
+                        'its dataset cannot be built on any data')
+            packs_labels = 'gt_labels_3d' in (step.get('keys') or [])
+            if (kind.split('.')[-1] == 'Pack3DDetInputs' and not packs_labels
+                    and dataset.get('filter_empty_gt', True)):
+                return ('mmdet3d 1.4.0 ships this config with a train pipeline whose '
+                        f'Pack3DDetInputs keeps only {step.get("keys")}: no gt_labels_3d, '
+                        "so Det3DDataset's empty-box filter raises AttributeError "
+                        "('InstanceData' object has no attribute 'labels_3d') on any data")
     return None
 
 

@@ -39,7 +39,8 @@ def make_tiny_lyft(root: str, num_frames: int = 8, points_per_frame: int = 4000,
     os.makedirs(lidar_dir, exist_ok=True)
     data_list = []
     for frame in range(num_frames):
-        info = tiny_nuscenes._frame_info(rng, staging, frame, points_per_frame)
+        info = tiny_nuscenes._frame_info(rng, staging, frame, points_per_frame,
+                                         every_class=False)
         name = info['lidar_points']['lidar_path'].replace('tiny-nuscenes', 'tiny-lyft')
         shutil.move(osp.join(staging, 'samples', 'LIDAR_TOP',
                              info['lidar_points']['lidar_path']), osp.join(lidar_dir, name))

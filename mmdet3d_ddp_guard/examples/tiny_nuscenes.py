@@ -26,7 +26,8 @@ centre, ``bbox_label`` / ``bbox_label_3d``, ``velocity`` [vx, vy], ``num_lidar_p
 ``cam_instances``.
 
 The scene: the ego vehicle drives along x at EGO_SPEED over flat ground, every frame has
-one or two cars and some frames also have pedestrians; every box holds a cluster of points.
+one or two cars and some frames also have pedestrians (with ``every_class``, also one parked
+object of another class); every box holds a cluster of points.
 Sweeps see the same static scene from the earlier ego positions, so that mmdet3d's
 ``lidar2sensor`` transform puts their points back in place.
 """
@@ -47,9 +48,17 @@ EGO_SPEED = 5.0  # m/s along x
 GROUND_Z = -1.84  # the LiDAR is mounted 1.84 m above the ground
 LIDAR2EGO = [0.94, 0.0, 1.84]  # translation only
 FIRST_TIMESTAMP_US = 1_533_201_470_448_696
-# (length, width, height), points put inside each box
-SIZES = {'car': (4.5, 1.9, 1.6), 'pedestrian': (0.7, 0.7, 1.75)}
-POINTS_PER_BOX = {'car': 60, 'pedestrian': 20}
+# (length, width, height), about nuScenes' mean sizes; points put inside each box
+SIZES = {'car': (4.5, 1.9, 1.6), 'pedestrian': (0.7, 0.7, 1.75),
+         'truck': (6.9, 2.5, 2.8), 'trailer': (12.0, 2.9, 3.9), 'bus': (11.0, 2.9, 3.5),
+         'construction_vehicle': (6.4, 2.8, 3.2), 'bicycle': (1.7, 0.6, 1.3),
+         'motorcycle': (2.1, 0.8, 1.5), 'traffic_cone': (0.4, 0.4, 1.1),
+         'barrier': (0.5, 2.5, 1.0)}
+POINTS_PER_BOX = {name: 60 if min(size[:2]) > 1.5 else 20 for name, size in SIZES.items()}
+#: With ``every_class``, frame f also holds one object of OTHER_CLASSES[f % 8], so that
+#: every class has boxes: ``CBGSDataset`` (CenterPoint's configs) divides by each class's
+#: count.
+OTHER_CLASSES = tuple(c for c in CLASSES if c not in ('car', 'pedestrian'))
 
 
 def has_pedestrians(frame: int) -> bool:
@@ -87,7 +96,7 @@ def _count_in_box(xyz: np.ndarray, box: np.ndarray) -> int:
     return int((np.abs(local) <= box[3:6] / 2).all(axis=1).sum())
 
 
-def _frame_objects(rng: np.random.Generator, frame: int) -> List[tuple]:
+def _frame_objects(rng: np.random.Generator, frame: int, every_class: bool) -> List[tuple]:
     """(name, box, velocity) of the frame's objects, all within 25 m of the LiDAR."""
     objects = []
     for _ in range(1 + frame % 2):
@@ -98,6 +107,10 @@ def _frame_objects(rng: np.random.Generator, frame: int) -> List[tuple]:
             objects.append(('pedestrian', _box(rng, 'pedestrian', rng.uniform(3, 15),
                                                rng.uniform(-15, 15)),
                             [rng.uniform(-1.5, 1.5), rng.uniform(-1.5, 1.5)]))
+    if every_class:
+        name = OTHER_CLASSES[frame % len(OTHER_CLASSES)]
+        objects.append((name, _box(rng, name, rng.uniform(-25, 25), rng.uniform(-25, 25)),
+                        [0.0, 0.0]))
     return objects
 
 
@@ -120,11 +133,11 @@ def _write(path: str, points: np.ndarray) -> None:
     points.tofile(path)
 
 
-def _frame_info(rng: np.random.Generator, root: str, frame: int,
-                num_points: int) -> Dict:
+def _frame_info(rng: np.random.Generator, root: str, frame: int, num_points: int,
+                every_class: bool) -> Dict:
     timestamp_us = FIRST_TIMESTAMP_US + round(frame * KEYFRAME_PERIOD * 1e6)
     ego_x = 600.0 + EGO_SPEED * frame * KEYFRAME_PERIOD
-    objects = _frame_objects(rng, frame)
+    objects = _frame_objects(rng, frame, every_class)
     names = [name for name, _, _ in objects]
     boxes = [box for _, box, _ in objects]
     points = _scan(rng, boxes, names, num_points)
@@ -166,11 +179,12 @@ def _frame_info(rng: np.random.Generator, root: str, frame: int,
 
 
 def make_tiny_nuscenes(root: str, num_frames: int = 8, points_per_frame: int = 4000,
-                       seed: int = 0) -> str:
+                       seed: int = 0, every_class: bool = False) -> str:
     """Writes ``num_frames`` key frames (and their sweeps) and the info file under ``root``;
-    returns the info file's path. The same arguments give the same files."""
+    returns the info file's path. The same arguments give the same files. ``every_class``
+    adds one parked object of another class per frame (see OTHER_CLASSES)."""
     rng = np.random.default_rng(seed)
-    data_list = [_frame_info(rng, root, frame, points_per_frame)
+    data_list = [_frame_info(rng, root, frame, points_per_frame, every_class)
                  for frame in range(num_frames)]
     metainfo = dict(categories={name: i for i, name in enumerate(CLASSES)},
                     dataset='nuscenes', version='v1.0-mini', info_version='1.1')

@@ -25,8 +25,11 @@ WIDTH, HEIGHT, FOCAL = 1600, 900, 1266.0
 CAMERAS = {'CAM_FRONT': 0.0, 'CAM_FRONT_RIGHT': -55.0, 'CAM_FRONT_LEFT': 55.0,
            'CAM_BACK': 180.0, 'CAM_BACK_LEFT': 110.0, 'CAM_BACK_RIGHT': -110.0}
 CAMERA_OFFSET = (0.0, 0.0, -0.3)
-# nuScenes attributes (NuScenesDataset's order): vehicle.moving, pedestrian.moving.
-ATTRIBUTES = {'car': 5, 'pedestrian': 2}
+# nuScenes attributes (NuScenesDataset's order): vehicle.moving (5), pedestrian.moving (2),
+# vehicle.parked (6), cycle.without_rider (1), None (8).
+ATTRIBUTES = {'car': 5, 'pedestrian': 2, 'truck': 6, 'trailer': 6, 'bus': 6,
+              'construction_vehicle': 6, 'bicycle': 1, 'motorcycle': 1, 'traffic_cone': 8,
+              'barrier': 8}
 
 
 def add_cameras(root: str, info_file: str = 'nuscenes_infos_train.pkl', seed: int = 0):

@@ -1,5 +1,5 @@
 """The tiny datasets of the zoo run (``benchmarks/zoo.py``), one folder per format under a
-root: ``kitti``, ``nuscenes`` (LiDAR, sweeps and six cameras), ``lyft``, ``waymo`` and
+root: ``kitti``, ``nuscenes`` (LiDAR, sweeps and six cameras; boxes of every class), ``lyft``, ``waymo`` and
 ``sunrgbd``.
 
 Each is deterministic and in mmdet3d 1.4's own on-disk format (see the module of each); a
@@ -21,7 +21,7 @@ def make_one(root: str, name: str) -> str:
     elif name == 'nuscenes':
         from .tiny_nuscenes import make_tiny_nuscenes
         from .tiny_nuscenes_cameras import add_cameras
-        make_tiny_nuscenes(folder)
+        make_tiny_nuscenes(folder, every_class=True)
         info = add_cameras(folder)
     elif name == 'lyft':
         from .tiny_lyft import make_tiny_lyft
