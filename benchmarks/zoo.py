@@ -541,7 +541,9 @@ def main(argv=None) -> int:
         if args.only is not None and not re.search(args.only, config):
             continue
         row = rows.get(config)
-        if row is None or row.get('zoo_version') != ZOO_VERSION or args.redo:
+        # Pending rows too: a rule added to zoo_overrides may now skip them.
+        if (row is None or row.get('zoo_version') != ZOO_VERSION or args.redo
+                or row['status'] == 'pending'):
             rows[config] = classify(config, root)
     save_rows(rows, configs)
     if args.classify:
