@@ -1,7 +1,8 @@
 """tools/mmcv_cxx.sh, the compiler make_venv gives mmcv's build, on a miniature of mmcv's source
 layout: it writes the precompiled header once, gcc uses it, a source compiled with other flags
-still compiles (from the header itself) instead of failing, and no debug information is
-written even where the flags ask for it."""
+still compiles (from the header itself) instead of failing, no compile waits while another
+writes the header, and no debug information is written even where the flags ask for it."""
+import fcntl
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,15 +28,19 @@ def _miniature_mmcv(root: Path) -> Path:
     sources.mkdir(parents=True)
     (sources / 'op.cpp').write_text(
         '#include "pytorch_cpp_helper.hpp"\nint op() { return helper(); }\n')
+    # As mmcv's box_iou_rotated.cpp: another header first, where gcc cannot use a .gch.
+    (sources / 'late.cpp').write_text(
+        '#include <vector>\n#include "pytorch_cpp_helper.hpp"\nint late() { return helper(); }\n')
     return common
 
 
-def _compile_as_torch_does(root: Path, common: Path, *flags: str) -> subprocess.CompletedProcess:
+def _compile_as_torch_does(root: Path, common: Path, *flags: str,
+                           source_name: str = 'op.cpp') -> subprocess.CompletedProcess:
     """The command line torch's ninja rule writes for mmcv 2.1.0 on torch 2.13 with setuptools
     80.9 ($cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags), with the second -c its
     $cflags held when CFLAGS was set in the environment; -H makes gcc list what it read, a
     used .gch marked '!'."""
-    source = root / 'mmcv' / 'ops' / 'csrc' / 'pytorch' / 'op.cpp'
+    source = root / 'mmcv' / 'ops' / 'csrc' / 'pytorch' / source_name
     command = ['bash', str(WRAPPER), '-MMD', '-MF', str(root / 'op.o.d'), '-g', '-O1', '-fPIC',
                f'-I{common}', '-H', *flags, '-c', '-c', str(source), '-o', str(root / 'op.o'),
                '-std=c++17', '-DTORCH_EXTENSION_NAME=_ext']
@@ -66,6 +71,23 @@ def test_other_flags_compile_from_the_header_and_say_so(tmp_path):
     assert other.returncode == 0, other.stderr
     assert 'not used because' in other.stderr, other.stderr
     assert f'! {common}' not in other.stderr, other.stderr
+
+
+def test_no_compile_waits_for_the_header_being_written(tmp_path):
+    """While another compile holds the lock (writing the .gch), a source compiles from the
+    header at once; a source that includes the header later never takes the lock and never
+    writes the .gch."""
+    common = _miniature_mmcv(tmp_path)
+    gch = common / 'pytorch_cpp_helper.hpp.gch'
+    with open(common / 'pytorch_cpp_helper.hpp.gch.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        busy = _compile_as_torch_does(tmp_path, common, '-DHELPER_VALUE=1')
+        assert busy.returncode == 0, busy.stderr
+        assert (tmp_path / 'op.o').is_file() and not gch.exists()
+        assert f'! {gch}' not in busy.stderr, busy.stderr
+    late = _compile_as_torch_does(tmp_path, common, '-DHELPER_VALUE=1', source_name='late.cpp')
+    assert late.returncode == 0, late.stderr
+    assert not gch.exists(), 'a source that cannot use the .gch wrote it'
 
 
 def test_sources_outside_mmcv_compile_unchanged(tmp_path):
