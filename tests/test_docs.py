@@ -7,6 +7,7 @@ docs cannot drift from the code. It checks the Markdown links too, so that READM
 GitHub shows first, is held without a Sphinx build.
 """
 import glob
+import json
 import os
 import re
 import subprocess
@@ -139,6 +140,16 @@ def test_the_checker_finds_each_kind_of_mistake(tmp_path):
         'README.md:5: link to docs/page.md#no-section: no such heading',
         'README.md:7: `pkg/missing_script.py` does not exist',
     ]
+
+
+def test_zoo_documents_are_rendered_from_zoo_json():
+    """docs/zoo/README.md and the README's zoo section say what docs/zoo/zoo.json says: rerun
+    ``benchmarks/zoo.py --render`` after changing the rows or benchmarks/zoo_render.py."""
+    sys.path.insert(0, str(ROOT / 'benchmarks'))
+    import zoo_render
+    rows = json.loads((ROOT / 'docs' / 'zoo' / 'zoo.json').read_text())
+    assert (ROOT / 'docs' / 'zoo' / 'README.md').read_text() == zoo_render.render(rows)
+    assert zoo_render.readme_section(rows) in (ROOT / 'README.md').read_text()
 
 
 def test_sphinx_builds_the_docs_without_a_warning(tmp_path):
