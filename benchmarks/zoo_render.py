@@ -37,6 +37,27 @@ def verdicts(ran: List[Dict]):
     return needless, needed, unset, fails_unset, hangs
 
 
+def per_family(configs: List[Dict]) -> List[str]:
+    """Per config folder: how many configs, built by ``check``, predicted, trained under
+    GuardedDDP, skipped and mmdet3d's own limitations."""
+    lines = ['| family | configs | built | predicted | trained | skipped | limitation | '
+             'still to run |', '|---|---|---|---|---|---|---|---|']
+    families: Dict[str, List[Dict]] = {}
+    for row in configs:
+        families.setdefault(row['family'], []).append(row)
+    for family, members in sorted(families.items()):
+        def count(test):
+            return sum(1 for r in members if test(r))
+        lines.append('| ' + ' | '.join(str(v) for v in [
+            family, len(members), count(lambda r: r.get('built') is True),
+            count(lambda r: r.get('plain_ddp_8') is not None),
+            count(lambda r: r.get('guarded_ddp_trained') is True),
+            count(lambda r: r['status'] == 'skipped'),
+            count(lambda r: r['status'] == 'limitation'),
+            count(lambda r: r['status'] in ('pending', 'error'))]) + ' |')
+    return lines
+
+
 def render(rows: List[Dict]) -> str:
     """docs/zoo/README.md: what the rows say to users, then the table."""
     configs = [r for r in rows if not r['config'].startswith('_base_/')]
@@ -53,6 +74,13 @@ def render(rows: List[Dict]) -> str:
     lines.append(f'{len(configs)} configs (besides {len(rows) - len(configs)} `_base_` '
                  'fragments): ' + ', '.join(f'{n} {s}' for s, n in sorted(counts.items()))
                  + '.')
+    seconds = sum(r.get('row_seconds') or 0 for r in configs if r['status'] != 'skipped')
+    lines += ['', 'The run: `.venv/bin/python benchmarks/zoo.py --commit` (resumable: it '
+              'continues with the rows not yet done). Its rows took '
+              f'{seconds / 3600:.1f} hours on a 2-core machine in all (`row_seconds` in '
+              '`zoo.json`: check and training of each config, the machine sometimes busy '
+              'with other work).', '']
+    lines += per_family(configs)
     lines += ['', '## What the table says', '']
     needless, needed, unset, fails_unset, hangs = verdicts(ran)
 
