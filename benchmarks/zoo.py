@@ -146,9 +146,10 @@ def classify(config: str, root: str) -> Dict:
     try:
         cfg = Config.fromfile(osp.join(root, config))
     except Exception as error:  # noqa: BLE001 - the row records it
-        row.update(status='limitation', built=False, error=_one_line(error), reason=(
-            f'mmdet3d 1.4.0 ships this config broken: MMEngine cannot read it '
-            f'({_one_line(error)})'))
+        # The configs folder's place on this machine says nothing to a reader of the row.
+        message = _one_line(error).replace(osp.join(root, ''), 'configs/')
+        row.update(status='limitation', built=False, error=message, reason=(
+            f'mmdet3d 1.4.0 ships this config broken: MMEngine cannot read it ({message})'))
         return row
     row['sets_find_unused'] = cfg.get('find_unused_parameters', False) is True
     row['datasets'] = zoo_overrides.dataset_types(cfg)

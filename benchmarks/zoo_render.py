@@ -137,6 +137,13 @@ def _first_names(row: Dict, limit: int = 3) -> str:
     return text + (', ...' if len(names) > limit else '')
 
 
+def _family_counts(selected: List[Dict]):
+    counts: Dict[str, int] = {}
+    for row in selected:
+        counts[row['family']] = counts.get(row['family'], 0) + 1
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
 def _by_family(selected: List[Dict]) -> List[str]:
     families: Dict[str, List[str]] = {}
     for row in selected:
@@ -172,7 +179,10 @@ def readme_section(rows: List[Dict]) -> str:
         '- **Leave parameters unused without setting it** (plain DDP would fail on 8 GPUs',
         f'  with {len(fails_unset)} of these {len(unset)}):', *_by_family(unset),
         '- **Would hang on 8 GPUs** (a forward collective on some ranks only):',
-        *_by_family(hangs)]
+        *_by_family(hangs),
+        '- **mmdet3d 1.4.0 cannot train them** (its own bugs; the reason of each is in the '
+        'table):', '  - ' + ', '.join(f'{family}/ ({count})'
+                                      for family, count in _family_counts(limited))]
     if ran and all(r['guarded_ddp_trained'] for r in ran):
         lines += ['', "With GuardedDDP and `find_unused_parameters = 'auto'`, every checked "
                   'config trained', 'without the user choosing.']

@@ -22,8 +22,9 @@ extensions = ['myst_parser', 'sphinx.ext.autodoc', 'sphinx.ext.napoleon']
 root_doc = 'docs/index'
 include_patterns = ['README.md', 'docs/**']
 # Pruned from the walk of the repository root, which would otherwise read all of .venv.
-# docs/zoo/ is written by the zoo run (benchmarks/zoo.py), not by hand: linked, not built.
-exclude_patterns = ['.venv', '.git', 'build', 'data', 'work_dirs', 'docs/zoo/**']
+# docs/zoo/README.md is written by the zoo run (benchmarks/zoo.py), not by hand, and built
+# as a page like the others.
+exclude_patterns = ['.venv', '.git', 'build', 'data', 'work_dirs']
 myst_heading_anchors = 3
 autodoc_member_order = 'bysource'
 # Defaults as written in the source: `not_given()`, not a sentinel's repr.
