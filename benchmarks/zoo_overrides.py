@@ -272,8 +272,10 @@ MODEL_SHRINKS = {
                       '55x75x12')],
 }
 
-#: Image factor per family where the default is too slow (several cameras per sample).
-FAMILY_IMAGE_FACTORS = {'mvfcos3d': 0.25}
+#: Image factor per family where the default is too slow: several cameras per sample
+#: (MV-FCOS3D), or a ResNet-101 on nuScenes' and Waymo's large images (FCOS3D, PGD: a
+#: quarter of each side still leaves cells on every FPN level, down to stride 128).
+FAMILY_IMAGE_FACTORS = {'mvfcos3d': 0.25, 'fcos3d': 0.25, 'pgd': 0.25}
 
 
 def image_factor_for(config: str) -> float:
