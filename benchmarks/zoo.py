@@ -46,7 +46,8 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 
 import zoo_overrides  # noqa: E402
-from zoo_render import render, update_readme  # noqa: E402
+from zoo_render import (README_BEGIN, README_END, render, update_readme,  # noqa: E402
+                        with_section)
 
 ZOO_DIR = DEFAULT_ZOO_DIR = osp.join(REPO, 'docs', 'zoo')
 PROJECT_README = osp.join(REPO, 'README.md')
@@ -389,8 +390,14 @@ def probe(configs: List[str], root: str, args) -> int:
 
 def git_commit(message: str) -> None:
     """Commits the rows and what is rendered from them only (by path), retrying a held index
-    lock."""
-    paths = [osp.relpath(p, REPO) for p in (ZOO_JSON, ZOO_README, PROJECT_README)]
+    lock. README.md goes in only when nothing but its zoo section differs from the last
+    commit: someone's edit in progress there is not swept into a zoo commit."""
+    paths = [osp.relpath(p, REPO) for p in (ZOO_JSON, ZOO_README)]
+    if _only_zoo_section_changed(PROJECT_README):
+        paths.append(osp.relpath(PROJECT_README, REPO))
+    else:
+        print('  README.md has other uncommitted changes: its zoo section is left for you '
+              'to commit', flush=True)
     for attempt in range(30):
         if osp.exists(osp.join(REPO, '.git', 'index.lock')):
             time.sleep(2)
@@ -406,6 +413,17 @@ def git_commit(message: str) -> None:
             print(f'  git commit failed: {done.stderr.strip()}', flush=True)
             return
         time.sleep(2)
+
+
+def _only_zoo_section_changed(readme: str) -> bool:
+    committed = subprocess.run(['git', 'show', f'HEAD:{osp.relpath(readme, REPO)}'],
+                               cwd=REPO, capture_output=True, text=True)
+    with open(readme) as f:
+        current = f.read()
+    if committed.returncode != 0 or README_BEGIN not in current:
+        return False
+    section = current[current.index(README_BEGIN):current.index(README_END) + len(README_END)]
+    return with_section(committed.stdout, section) == current
 
 
 def parse_args(argv=None):

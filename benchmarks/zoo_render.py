@@ -189,14 +189,19 @@ def readme_section(rows: List[Dict]) -> str:
     return '\n'.join(lines + [README_END])
 
 
+def with_section(text: str, section: str, where: str = 'README.md') -> str:
+    """``text`` with the part between the zoo markers replaced by ``section``."""
+    pattern = re.compile(re.escape(README_BEGIN) + '.*?' + re.escape(README_END), re.S)
+    if not pattern.search(text):
+        raise ValueError(f'{where} has no zoo section: put the two lines {README_BEGIN!r} '
+                         f'and {README_END!r} where it goes')
+    return pattern.sub(lambda _: section, text)
+
+
 def update_readme(rows: List[Dict], readme: str) -> None:
     """Replaces the section between the zoo markers of ``readme`` with
     :func:`readme_section`."""
     with open(readme) as f:
         text = f.read()
-    pattern = re.compile(re.escape(README_BEGIN) + '.*?' + re.escape(README_END), re.S)
-    if not pattern.search(text):
-        raise ValueError(f'{readme} has no zoo section: put the two lines {README_BEGIN!r} '
-                         f'and {README_END!r} where it goes')
     with open(readme, 'w') as f:
-        f.write(pattern.sub(lambda _: readme_section(rows), text))
+        f.write(with_section(text, readme_section(rows), readme))
