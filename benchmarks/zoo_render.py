@@ -1,6 +1,6 @@
 """What the zoo's rows say, in Markdown: ``docs/zoo/README.md`` (the whole table) and the
 short section of the project's README between the ``zoo`` markers. Both are rendered from
-``docs/zoo/zoo.json`` only, and ``tests/test_zoo_rows.py`` checks that the committed files
+``docs/zoo/zoo.json`` only, and ``tests/test_docs.py`` checks that the committed files
 are what these functions render, so neither can drift from the rows.
 """
 import os.path as osp
@@ -42,10 +42,7 @@ def per_family(configs: List[Dict]) -> List[str]:
     GuardedDDP, skipped and mmdet3d's own limitations."""
     lines = ['| family | configs | built | predicted | trained | skipped | limitation | '
              'still to run |', '|---|---|---|---|---|---|---|---|']
-    families: Dict[str, List[Dict]] = {}
-    for row in configs:
-        families.setdefault(row['family'], []).append(row)
-    for family, members in sorted(families.items()):
+    for family, members in sorted(_families(configs).items()):
         def count(test):
             return sum(1 for r in members if test(r))
         lines.append('| ' + ' | '.join(str(v) for v in [
@@ -140,19 +137,23 @@ def _first_names(row: Dict, limit: int = 3) -> str:
     return text + (', ...' if len(names) > limit else '')
 
 
-def _family_counts(selected: List[Dict]):
-    counts: Dict[str, int] = {}
+def _families(selected: List[Dict]) -> Dict[str, List[Dict]]:
+    """The rows by config folder, in the rows' order."""
+    families: Dict[str, List[Dict]] = {}
     for row in selected:
-        counts[row['family']] = counts.get(row['family'], 0) + 1
-    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        families.setdefault(row['family'], []).append(row)
+    return families
+
+
+def _family_counts(selected: List[Dict]):
+    counts = [(family, len(members)) for family, members in _families(selected).items()]
+    return sorted(counts, key=lambda item: (-item[1], item[0]))
 
 
 def _by_family(selected: List[Dict]) -> List[str]:
-    families: Dict[str, List[str]] = {}
-    for row in selected:
-        families.setdefault(row['family'], []).append(osp.basename(row['config']))
     lines = []
-    for family, names in families.items():
+    for family, members in _families(selected).items():
+        names = [osp.basename(row['config']) for row in members]
         lines += textwrap.wrap(f'{family}/: ' + ', '.join(f'`{name}`' for name in names),
                                WIDTH, initial_indent='  - ', subsequent_indent='    ',
                                break_on_hyphens=False, break_long_words=False)

@@ -1,6 +1,6 @@
 """The tiny datasets of the zoo run (``benchmarks/zoo.py``), one folder per format under a
-root: ``kitti``, ``nuscenes`` (LiDAR, sweeps and six cameras; boxes of every class), ``lyft``, ``waymo`` and
-``sunrgbd``.
+root: ``kitti``, ``nuscenes`` (LiDAR, sweeps and six cameras; boxes of every class),
+``lyft``, ``waymo`` and ``sunrgbd``.
 
 Each is deterministic and in mmdet3d 1.4's own on-disk format (see the module of each); a
 ``.complete`` file marks a folder written to the end.
