@@ -81,11 +81,15 @@ def test_lidar_row(config, tmp_path, zoo_data):
     assert row['plain_ddp_8'] == 'ok' and row['unused'] == {}, row
 
 
-@pytest.mark.timeout(120)
-def test_mono_nuscenes_row(tmp_path, zoo_data):
-    _checked(_row('fcos3d/fcos3d_r101-caffe-dcn_fpn_head-gn_8xb2-1x_nus-mono3d.py', tmp_path,
-                  zoo_data, '--no-train', '--world-size', '1', '--iters', '1',
-                  '--image-factor', '0.1'))
+@pytest.mark.parametrize('config, image_factor', [
+    pytest.param('fcos3d/fcos3d_r101-caffe-dcn_fpn_head-gn_8xb2-1x_nus-mono3d.py', '0.1',
+                 marks=pytest.mark.timeout(120), id='mono_nuscenes'),
+    pytest.param('imvotenet/imvotenet_faster-rcnn-r50_fpn_4xb2_sunrgbd-3d.py', '0.25',
+                 marks=pytest.mark.timeout(90), id='image_stage_sunrgbd'),
+])
+def test_image_row(config, image_factor, tmp_path, zoo_data):
+    _checked(_row(config, tmp_path, zoo_data, '--no-train', '--world-size', '1', '--iters',
+                  '1', '--image-factor', image_factor))
 
 
 @pytest.mark.timeout(150)
@@ -96,13 +100,6 @@ def test_multiview_waymo_row(tmp_path, zoo_data):
                         tmp_path, zoo_data, '--no-train', '--world-size', '1', '--iters',
                         '1', '--image-factor', '0.1'))
     assert row['sets_find_unused'] is True
-
-
-@pytest.mark.timeout(90)
-def test_image_stage_sunrgbd_row(tmp_path, zoo_data):
-    _checked(_row('imvotenet/imvotenet_faster-rcnn-r50_fpn_4xb2_sunrgbd-3d.py', tmp_path,
-                  zoo_data, '--no-train', '--world-size', '1', '--iters', '1',
-                  '--image-factor', '0.25'))
 
 
 @pytest.mark.timeout(60)
