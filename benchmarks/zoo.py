@@ -236,7 +236,12 @@ def run_training(path: str, work_dir: str, nproc: int, iters: int, timeout: floa
     from mmdet3d_ddp_guard.launch import torchrun_train
     train_dir = osp.join(work_dir, 'train')
     os.makedirs(train_dir, exist_ok=True)
-    run = torchrun_train(path, train_dir, nproc=nproc, timeout=timeout)
+    # The workers run mmdet3d's tools/train.py, whose folder, not this checkout, heads their
+    # sys.path; the venv's editable install may point at another checkout that shares the
+    # venv store (make_venv.sh), so the checkout under test goes first explicitly.
+    pythonpath = os.pathsep.join(p for p in (REPO, os.environ.get('PYTHONPATH')) if p)
+    run = torchrun_train(path, train_dir, nproc=nproc, timeout=timeout,
+                         env={'PYTHONPATH': pythonpath})
     with open(osp.join(work_dir, 'train.log'), 'w') as f:
         f.write(run.output)
     times = [(int(i), float(t)) for i, _, t in _ITER_TIME.findall(run.output)]
@@ -285,6 +290,18 @@ def _built(output: str) -> bool:
 
 def _tail(text: str, lines: int = 25) -> str:
     return '\n'.join(text.rstrip().splitlines()[-lines:])
+
+
+#: torchrun's own report of a failed worker, printed after the workers' tracebacks; it
+#: names the rank and exit code but not the error.
+_TORCHRUN_REPORT = re.compile(r'^.*torch/distributed/elastic/multiprocessing/api\.py',
+                              re.MULTILINE)
+
+
+def _workers_error(output: str, lines: int = 40) -> str:
+    """The end of what the workers printed before torchrun's report of their failure."""
+    report = _TORCHRUN_REPORT.search(output)
+    return _tail(output[:report.start()] if report else output, lines)
 
 
 def run_row(row: Dict, root: str, args) -> Dict:
@@ -343,7 +360,7 @@ def run_row(row: Dict, root: str, args) -> Dict:
     if not train['trained']:
         known = explain(train['output'])
         what = 'timed out' if train['timed_out'] else f'exited {train["code"]}'
-        row['error'] = f'GuardedDDP training {what}:\n' + _tail(train['output'], 40)
+        row['error'] = f'GuardedDDP training {what}:\n' + _workers_error(train['output'])
         if known:
             row.update(status=known[0], reason=known[1])
         else:

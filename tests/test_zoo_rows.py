@@ -130,3 +130,17 @@ def test_classification_without_running(tmp_path, zoo_data):
         assert rows[config]['status'] == status, rows[config]
         assert words in rows[config]['reason'], rows[config]
     assert zoo_overrides.TINY_DATASETS['WaymoDataset'] == 'waymo'
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_training_keeps_the_workers_error_not_torchruns_summary(tmp_path):
+    """A row whose 2-rank training fails records what the workers printed (here mmdet3d's
+    train.py on a config that is not there), not torchrun's ChildFailedError report, which
+    names the rank but not the error."""
+    missing = str(tmp_path / 'no_such_config.py')
+    train = zoo.run_training(missing, str(tmp_path / 'work'), 2, 1, timeout=100)
+    assert train['trained'] is False and not train['timed_out']
+    assert 'ChildFailedError' in train['output']
+    error = zoo._workers_error(train['output'])
+    assert 'no_such_config.py' in error and 'FileNotFoundError' in error, error
+    assert 'ChildFailedError' not in error and 'elastic' not in error, error
