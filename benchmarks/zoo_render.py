@@ -175,15 +175,19 @@ def readme_section(rows: List[Dict]) -> str:
         f'([the table](docs/zoo/README.md), which says what was shrunk; what a row says holds '
         'for those batches, so run `check` on your own data too): '
         f'{len(ran)} checked and trained, {len(skipped)} '
-        f'skipped (a CUDA-only op), {len(limited)} that mmdet3d 1.4.0 itself cannot train'
+        f'skipped (a CUDA-only op, or AMP), {len(limited)} that mmdet3d 1.4.0 itself cannot train'
         + (f', {len(pending)} still to run' if pending else '') + '.')
     lines = [
         README_BEGIN, *textwrap.wrap(summary, WIDTH), '',
         '- **Set `find_unused_parameters = True` without needing it** (they pay the graph',
         '  search every iteration for nothing):', *_by_family(needless),
         '- **Set it and need it** (plain DDP would fail without it):', *_by_family(needed),
-        '- **Leave parameters unused without setting it** (plain DDP would fail on 8 GPUs',
-        f'  with {len(fails_unset)} of these {len(unset)}):', *_by_family(unset),
+        *textwrap.wrap('- **Leave parameters unused without setting it** (they can crash on '
+                       'some batch' + (f'; plain DDP would fail on 8 GPUs with '
+                                       f'{len(fails_unset)} of these {len(unset)}'
+                                       if unset else '') + '):',
+                       WIDTH, subsequent_indent='  '),
+        *_by_family(unset),
         '- **Would hang on 8 GPUs** (a forward collective on some ranks only):',
         *_by_family(hangs),
         '- **mmdet3d 1.4.0 cannot train them** (its own bugs; the reason of each is in the '

@@ -152,6 +152,26 @@ def test_zoo_documents_are_rendered_from_zoo_json():
     assert zoo_render.readme_section(rows) in (ROOT / 'README.md').read_text()
 
 
+def test_zoo_section_names_configs_that_leave_parameters_unused_without_the_flag():
+    """The zoo's rows of mmdet3d 1.4.0 have no such config, so the README shows "none"; a
+    row that has one (here the SMOKE row with the flag taken away) is listed with how many
+    of them plain DDP would fail on."""
+    sys.path.insert(0, str(ROOT / 'benchmarks'))
+    import zoo_render
+
+    def unset_item(rows):
+        section = zoo_render.readme_section(rows)
+        return ' '.join(
+            section.split('without setting it**')[1].split('- **Would hang')[0].split())
+
+    rows = json.loads((ROOT / 'docs' / 'zoo' / 'zoo.json').read_text())
+    assert unset_item(rows) == '(they can crash on some batch): - none'
+    smoke = next(r for r in rows if r['config'].startswith('smoke/'))
+    section = unset_item([dict(r, sets_find_unused=False) if r is smoke else r for r in rows])
+    assert 'plain DDP would fail on 8 GPUs with 1 of these 1' in section, section
+    assert smoke['config'].split('/')[1] in section and 'none' not in section, section
+
+
 def test_sphinx_builds_the_docs_without_a_warning(tmp_path):
     """What ``make docs`` runs, into a temporary folder; autodoc imports the package. Most of
     the time is torch's import: minutes on a 2-core machine that other jobs keep busy, hence
