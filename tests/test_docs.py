@@ -172,6 +172,20 @@ def test_zoo_section_names_configs_that_leave_parameters_unused_without_the_flag
     assert smoke['config'].split('/')[1] in section and 'none' not in section, section
 
 
+def test_zoo_table_says_what_is_still_to_run_only_while_something_is():
+    """The finished rows render no "Not yet checked" line; a run stopped with a row pending
+    says so, and its empty lists say "so far"."""
+    sys.path.insert(0, str(ROOT / 'benchmarks'))
+    import zoo_render
+    rows = json.loads((ROOT / 'docs' / 'zoo' / 'zoo.json').read_text())
+    assert 'Not yet checked' not in zoo_render.render(rows)
+    first_ok = next(r for r in rows if r['status'] == 'ok')
+    stopped = zoo_render.render([dict(r, status='pending') if r is first_ok else r
+                                 for r in rows])
+    assert 'Not yet checked: 1 configs' in stopped
+    assert '- none among the configs checked so far' in stopped
+
+
 def test_sphinx_builds_the_docs_without_a_warning(tmp_path):
     """What ``make docs`` runs, into a temporary folder; autodoc imports the package. Most of
     the time is torch's import: minutes on a 2-core machine that other jobs keep busy, hence
