@@ -49,6 +49,7 @@ class _AccumulateGradNodeHook:
     node alive while hooked."""
 
     def __init__(self, param: torch.Tensor, hook: Callable[[torch.Tensor], None]):
+        self.param = param
         with torch.enable_grad():
             self.node = param.view_as(param).grad_fn.next_functions[0][0]
 
@@ -59,4 +60,4 @@ class _AccumulateGradNodeHook:
 
     def remove(self) -> None:
         self._handle.remove()
-        self.node = None
+        self.node = self.param = None

@@ -13,6 +13,7 @@ from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 
 from .cpu_launch import drop_device_ids_for_cpu_module, leave_gloo_cleanly_at_exit
+from .ddp_compat import set_static_graph, static_graph_arguments
 from .decision_policy import (COMPLETE, STATIC_GRAPH, STRICT, Decision, DecisionPolicy,
                               FIND_UNUSED, configured_accumulation, not_given,
                               resolve_request)
@@ -140,8 +141,9 @@ class GuardedDDP(MMDistributedDataParallel):
             module=module,
             detect_anomalous_params=detect_anomalous_params,
             find_unused_parameters=policy.decision.mode == FIND_UNUSED,
-            static_graph=static_graph,
+            **static_graph_arguments(static_graph),
             **kwargs)
+        set_static_graph(self, static_graph)
         self.policy = policy
         self.usage_record = usage_record
         self.usage_record.add_listener(self._observe)

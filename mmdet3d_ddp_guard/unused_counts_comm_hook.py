@@ -27,6 +27,8 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 import torch.distributed as dist
 
+from .ddp_compat import bucket_buffer, hook_result, is_last_bucket
+
 #: Largest integer every float dtype represents exactly along with all smaller ones.
 _EXACT_INTEGERS = {torch.float16: 2048, torch.bfloat16: 256}
 
@@ -70,16 +72,17 @@ class UnusedCountsState:
         return counts
 
 
-def allreduce_with_unused_counts(
-        state: UnusedCountsState,
-        bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+# No return annotation: DDP checks it, and torch 1.9 accepts only a bare ``Future`` where
+# newer torch accepts only ``Future[torch.Tensor]``; both accept none.
+def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBucket):
+    """DDP's default all-reduce of ``bucket``, with this rank's unused counts on the last."""
     group = state.process_group if state.process_group is not None else dist.group.WORLD
     world_size = group.size()
-    buffer = bucket.buffer()
-    if not bucket.is_last():
+    buffer = bucket_buffer(bucket)
+    if not is_last_bucket(bucket):
         buffer.div_(world_size)
         return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(
-            lambda fut: fut.value()[0])
+            lambda fut: hook_result(fut.value()[0]))
     dtype = buffer.dtype if counts_fit(buffer.dtype, world_size) else torch.float32
     payload = state.local_payload(buffer.device, dtype)
     if dtype != buffer.dtype:
@@ -90,7 +93,7 @@ def allreduce_with_unused_counts(
 
         def keep_counts(fut):
             state.counts = fut.value()[1].value()[0]
-            return fut.value()[0].value()[0]
+            return hook_result(fut.value()[0].value()[0])
 
         return torch.futures.collect_all([reduced_buffer, reduced_counts]).then(keep_counts)
     combined = torch.cat([buffer.div(world_size), payload])
@@ -98,6 +101,6 @@ def allreduce_with_unused_counts(
     def split(fut):
         reduced = fut.value()[0]
         state.counts = reduced[buffer.numel():]
-        return reduced[:buffer.numel()]
+        return hook_result(reduced[:buffer.numel()])
 
     return dist.all_reduce(combined, group=group, async_op=True).get_future().then(split)

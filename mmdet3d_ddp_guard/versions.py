@@ -5,9 +5,10 @@ their CUDA, and no package lists torch as an install requirement (pip would othe
 a CUDA build with whatever it resolves). So the range is checked here, at import, with a
 message that names it:
 
-- torch below :data:`MIN_TORCH` is refused (no tested way to record which parameters
-  autograd reached; see :mod:`.accumulate_grad_hooks` and the compatibility docs for what is
-  known about 1.8 to 1.12);
+- torch below :data:`MIN_TORCH` is refused: torch 1.8's DDP comm hook cannot tell the last
+  gradient bucket, which carries the unused-parameter counts (see
+  :mod:`.unused_counts_comm_hook`); the DDP surface that differs from 1.9 on is kept in
+  :mod:`.ddp_compat`;
 - a torch newer than :data:`NEWEST_TESTED_TORCH` gets one warning, not a refusal: the private
   DDP surface this package touches (the reducer's comm hook on the last bucket, the
   ``AccumulateGrad`` node) has been stable for years, and a refusal would block users for no
@@ -19,8 +20,10 @@ import sys
 import warnings
 from typing import Tuple
 
-#: The oldest torch this package is tested on (torch 1.13.1, Python 3.8).
-MIN_TORCH = (1, 13)
+#: The oldest torch this package is tested on (torch 1.9.1, Python 3.8).
+MIN_TORCH = (1, 9)
+#: The torches the version matrix runs (tools/version_matrix.sh), named in the refusal.
+TESTED_TORCHES = ('1.9.1', '1.12.1', '1.13.1', '2.1.2', '2.13.0', '2.14.1')
 #: The newest torch tested; newer ones get one warning.
 NEWEST_TESTED_TORCH = (2, 14)
 #: mmdet3d 1.4 accepts mmengine >= 0.8.0; tested on 0.8.0 and 0.10.7.
@@ -55,11 +58,13 @@ def check_versions(torch_version: str, mmengine_version: str,
     torch_mm = major_minor(torch_version)
     if torch_mm < MIN_TORCH:
         raise RuntimeError(
-            f'mmdet3d_ddp_guard supports torch >= {_dotted(MIN_TORCH)} (tested on 1.13.1, '
-            f'2.1.2, 2.13.0 and 2.14.1), but torch {torch_version} is installed. Upgrade '
-            'torch (mmcv 2.1.0 has wheels for torch 1.13 to 2.1), or remove '
-            'mmdet3d_ddp_guard from custom_imports and set find_unused_parameters = True '
-            'in your config instead.')
+            f'mmdet3d_ddp_guard supports torch >= {_dotted(MIN_TORCH)} (tested on '
+            f'{", ".join(TESTED_TORCHES)}), but torch {torch_version} is installed: its DDP '
+            'comm hook cannot tell the last gradient bucket, which GuardedDDP needs. Upgrade '
+            f'torch to {_dotted(MIN_TORCH)} or newer (e.g. pip install torch==1.9.1, which '
+            'mmcv-full 1.x and mmcv 2.x both have wheels for), or remove mmdet3d_ddp_guard '
+            'from custom_imports and set find_unused_parameters = True in your config '
+            'instead.')
     if major_minor(mmengine_version) < MIN_MMENGINE:
         raise RuntimeError(
             f'mmdet3d_ddp_guard needs mmengine >= {_dotted(MIN_MMENGINE)} (as mmdet3d 1.4 '

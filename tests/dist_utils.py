@@ -14,6 +14,7 @@ On a GPU machine the same tests run on CUDA: ``DDP_GUARD_TEST_BACKEND=nccl`` and
 ``DDP_GUARD_TEST_WORLD_SIZE=1`` select NCCL at world size 1 (default: gloo, 2 ranks, which
 share the one GPU when there is one).
 """
+import inspect
 import io
 import os
 import queue as queue_module
@@ -63,6 +64,12 @@ def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kw
             dist.destroy_process_group()
 
 
+#: torch.load's arguments for files the tests wrote themselves: torch >= 2.6 defaults to
+#: weights_only=True, and torch < 1.13 has no such argument.
+TRUSTED_LOAD = (dict(weights_only=False)
+                if 'weights_only' in inspect.signature(torch.load).parameters else {})
+
+
 class DistributedRunError(AssertionError):
     pass
 
@@ -106,5 +113,4 @@ def run_distributed(fn: Callable, *args, world_size: int = 2, timeout: float = 2
     if errors:
         raise DistributedRunError('\n'.join(f'--- rank {rank} ---\n{text}'
                                             for rank, text in errors.items()))
-    return [torch.load(io.BytesIO(results[rank]), weights_only=False)
-            for rank in range(world_size)]
+    return [torch.load(io.BytesIO(results[rank]), **TRUSTED_LOAD) for rank in range(world_size)]

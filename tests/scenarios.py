@@ -9,7 +9,18 @@ from mmengine.optim import AmpOptimWrapper, OptimWrapper
 
 from mmdet3d_ddp_guard import GuardedDDP, UnusedParametersError, accumulate_grad_hooks
 from mmdet3d_ddp_guard.examples import ToyDetector, make_toy_batch
-from mmdet3d_ddp_guard.versions import graph_search_accumulates_right
+from mmdet3d_ddp_guard.versions import graph_search_accumulates_right, major_minor
+
+#: ``Optimizer.zero_grad()`` zeroes gradients in place by default before torch 2.0.
+GRADS_ZEROED_IN_PLACE = major_minor(torch.__version__) < (2, 0)
+#: Measured on torch 1.9.1: DDP's graph search gives a weight whose gradient no rank
+#: defined a zero gradient (momentum and weight decay then move it); from torch 1.10 on it
+#: leaves ``.grad`` None, as one GPU does. GuardedDDP leaves it None on every torch.
+GRAPH_SEARCH_LEAVES_UNDEFINED_GRADS_ALONE = major_minor(torch.__version__) >= (1, 10)
+#: gloo reduces bfloat16 tensors from torch 1.10 on ("Invalid scalar type" on 1.9).
+GLOO_REDUCES_BFLOAT16 = major_minor(torch.__version__) >= (1, 10)
+#: AmpOptimWrapper's loss scaling on the CPU needs torch's CPU GradScaler.
+CPU_GRAD_SCALER = hasattr(torch, 'amp') and hasattr(torch.amp, 'GradScaler')
 
 
 @contextlib.contextmanager
@@ -89,7 +100,7 @@ def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer:
         optimizer_state=optim_wrapper.optimizer.state_dict(),
         usage=usage,
         decision=ddp.decision.mode if wrapper == 'guarded' else None,
-        expected=[[model.expected_unused(i, r) for r in range(world_size)]
+        expected=[[model.expected_unused(i, r, GRADS_ZEROED_IN_PLACE) for r in range(world_size)]
                   for i in range(steps)])
 
 
@@ -105,9 +116,9 @@ def train_guarded_and_reference(rank: int, world_size: int, separate_counts: boo
     ``node_hooks``: record usage from the AccumulateGrad nodes, torch < 2.1's path, also on
     a torch that has tensor hooks.
 
-    On a torch whose graph search is wrong with gradient accumulation (< 2.4,
-    pytorch/pytorch#69031), an accumulating case is compared with
-    :func:`train_manual_reference` instead.
+    Where DDP's graph search is wrong, the case is compared with
+    :func:`train_manual_reference` instead: gradient accumulation before torch 2.4
+    (pytorch/pytorch#69031), and a gradient that no rank defines on torch 1.9.
     """
     if node_hooks:
         accumulate_grad_hooks.POST_ACCUMULATE_GRAD_HOOK = False
@@ -118,12 +129,17 @@ def train_guarded_and_reference(rank: int, world_size: int, separate_counts: boo
     if reference_model_kwargs is not None:
         reference_case['model_kwargs'] = reference_model_kwargs
     guarded = train_toy(rank, world_size, 'guarded', **case)
-    if case.get('accumulative_counts', 1) > 1 \
-            and not graph_search_accumulates_right(torch.__version__):
+    if graph_search_is_wrong(**case):
         return dict(guarded=guarded, reference=train_manual_reference(rank, world_size,
                                                                       **reference_case))
     return dict(guarded=guarded,
                 reference=train_toy(rank, world_size, 'ddp_find_unused', **reference_case))
+
+
+def graph_search_is_wrong(pattern: str, accumulative_counts: int = 1, **case) -> bool:
+    """Whether DDP's graph search trains this case wrong on the torch at hand."""
+    return (accumulative_counts > 1 and not graph_search_accumulates_right(torch.__version__)
+            or pattern == 'undefined_grad' and not GRAPH_SEARCH_LEAVES_UNDEFINED_GRADS_ALONE)
 
 
 def train_manual_reference(rank: int, world_size: int, pattern: str, optimizer: str,
@@ -213,7 +229,8 @@ def train_toy_runner(rank: int, world_size: int, work_dir: str, pattern: str,
     return dict(
         lines=lines,
         names=record.table.names,
-        truth=[[model.expected_unused(line['iter'], r) for r in range(world_size)]
+        truth=[[model.expected_unused(line['iter'], r, GRADS_ZEROED_IN_PLACE)
+                for r in range(world_size)]
                for line in lines],
         statistics=record.statistics.state_dict(),
         record_is_wrappers=record is getattr(runner.model, 'usage_record', None),
@@ -221,12 +238,21 @@ def train_toy_runner(rank: int, world_size: int, work_dir: str, pattern: str,
         decision_source=getattr(getattr(runner.model, 'decision', None), 'source', None),
         params={name: p.detach().cpu().clone() for name, p in model.named_parameters()},
         compiled_graphs=compiled_graphs(),
-        # torch's own count of tensor hooks; None where the record hooks AccumulateGrad
-        # nodes instead (torch < 2.1), whose Python post-hooks torch does not list.
-        post_accumulate_hooks=[len(p._post_accumulate_grad_hooks or {})
-                               for p in model.parameters()]
-        if accumulate_grad_hooks.POST_ACCUMULATE_GRAD_HOOK else None,
+        post_accumulate_hooks=_usage_hooks_per_parameter(model),
         scalar=runner.message_hub.get_scalar('train/unused_params').data[0].tolist())
+
+
+def _usage_hooks_per_parameter(model) -> List[int]:
+    """How many usage hooks each parameter carries: torch's own count of tensor hooks, or
+    where the record hooks AccumulateGrad nodes instead (torch < 2.1), whose Python
+    post-hooks torch does not list, the live node hooks that name the parameter."""
+    if accumulate_grad_hooks.POST_ACCUMULATE_GRAD_HOOK:
+        return [len(p._post_accumulate_grad_hooks or {}) for p in model.parameters()]
+    import gc
+    hooks = [obj for obj in gc.get_objects()
+             if isinstance(obj, accumulate_grad_hooks._AccumulateGradNodeHook)
+             and obj.node is not None]
+    return [sum(hook.param is p for hook in hooks) for p in model.parameters()]
 
 
 def _group_with_collective_counter():

@@ -10,6 +10,7 @@ import torch
 
 from mmdet3d_ddp_guard.cpu_launch import allow_cpu_init_dist, gloo_worker_states
 from mmdet3d_ddp_guard.launch import free_port
+from mmdet3d_ddp_guard.versions import major_minor
 from tests.dist_utils import run_distributed
 from tests.timeouts import scaled
 
@@ -31,11 +32,19 @@ def _gloo_worker_states_after_a_collective(rank, world_size):
     return gloo_worker_states()
 
 
+#: torch 1.9.1 and 1.12.1 leave gloo's worker threads unnamed (measured), so there the exit
+#: wait finds none and returns at once; the exit test below runs on them all the same.
+GLOO_NAMES_ITS_WORKER_THREADS = major_minor(torch.__version__) >= (1, 13)
+
+
 def test_finds_gloo_worker_threads_by_the_name_this_torch_gives_them():
     # The exit wait below looks for these threads by name; a torch that renames them would
     # make the wait a no-op, so this fails first.
     for states in run_distributed(_gloo_worker_states_after_a_collective, timeout=120):
-        assert states and set(states) <= set('RSD')
+        if GLOO_NAMES_ITS_WORKER_THREADS:
+            assert states and set(states) <= set('RSD')
+        else:
+            assert states == [], 'this torch names its gloo threads: move the gate'
 
 
 @pytest.mark.timeout(300)

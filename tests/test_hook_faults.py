@@ -17,6 +17,7 @@ from mmengine.registry import HOOKS, MODELS
 from mmdet3d_ddp_guard import usage_history
 from mmdet3d_ddp_guard.__main__ import main as cli
 from mmdet3d_ddp_guard.examples import ToyDetector
+from tests.dist_utils import TRUSTED_LOAD
 from tests.scenarios import train_toy_runner
 
 
@@ -118,7 +119,7 @@ def test_out_dir_gone_for_a_while_costs_nothing(tmp_path, capsys):
     assert 'is writable again; wrote the lines of iterations 3-6.' in log
     assert _iters(result) == list(range(8))
     # The checkpoint taken during the outage carries the statistics.
-    checkpoint = torch.load(osp.join(work_dir, 'iter_4.pth'), weights_only=False)
+    checkpoint = torch.load(osp.join(work_dir, 'iter_4.pth'), **TRUSTED_LOAD)
     assert checkpoint['meta']['unused_params']['iterations_seen'] == 4
     # summarize rebuilds exactly the summary the finished run wrote.
     with open(osp.join(out_dir, 'unused_params_summary.json')) as f:

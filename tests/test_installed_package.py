@@ -30,6 +30,8 @@ USER_CONFIG = textwrap.dedent('''
     optim_wrapper = dict(optimizer=dict(type='SGD', lr=0.05))
     default_scope = 'mmengine'
     launcher = 'pytorch'
+    # As in every mmdet3d config (default_runtime.py); mmengine 0.8's Runner needs it.
+    env_cfg = dict(dist_cfg=dict(backend='gloo'))
     work_dir = 'work'
 ''')
 # An example config of this package, inherited by package path.

@@ -6,7 +6,8 @@ import pytest
 
 from tests.dist_utils import DistributedRunError, run_distributed
 from tests.equivalence import assert_hook_matches_truth, named_unused
-from tests.scenarios import collectives_during_training, train_toy_runner
+from tests.scenarios import GRADS_ZEROED_IN_PLACE, collectives_during_training, \
+    train_toy_runner
 
 PATTERNS = ['dead_layer', 'skip_odd', 'rank_dependent', 'output_not_in_loss']
 WRAPPERS = {
@@ -69,7 +70,11 @@ def test_undefined_gradients_alone_are_reported_and_do_not_fail_plain_ddp(tmp_pa
                               wrappers[wrapper], log_interval=3)
     result = results[0]
     assert_hook_matches_truth(result)
-    assert [named_unused(result, line) for line in result['lines']] == [[[], ['gate']]] * 6
+    # From the second iteration on, a gradient zeroed in place (torch < 2.0's zero_grad)
+    # makes the gate's undefined gradient a defined one, which DDP counts as used.
+    later = [[], []] if GRADS_ZEROED_IN_PLACE else [[], ['gate']]
+    assert [named_unused(result, line) for line in result['lines']] == \
+        [[[], ['gate']]] + [later] * 5
     assert all('ranks_left_unreached' not in line for line in result['lines'])
     assert result['statistics']['first_unreached_iteration'] is None
     with open(osp.join(tmp_path, 'unused_params_summary.json')) as f:

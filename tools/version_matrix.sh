@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
 # The version matrix: the part of the tests that needs only torch and MMEngine (wrapper,
 # record, hook, policy, collective budget, equivalence, strict mode, CPU launch, the
-# installed package), run where mmdet3d users train: torch 1.13.1 on Python 3.8 with
-# mmengine 0.8.0 (the oldest of each that is supported), torch 2.1.2 (the newest torch with
-# mmcv 2.1 wheels) and torch 2.14.1 (the newest served) with mmengine 0.10.7.
+# installed package), run where mmdet3d users train, each torch on a real Python of its own:
+# torch 1.9.1 and 1.12.1 on Python 3.8 with mmengine 0.8.5 (the research codebases' torch,
+# and the last before 1.13), 1.13.1 on 3.8 with mmengine 0.8.0 (the oldest supported
+# MMEngine), 2.1.2 (the newest torch with mmcv 2.1 wheels) and 2.14.1 (the newest served)
+# with mmengine 0.10.7. The main stack (torch 2.13) is tested by `make test` itself.
 #
 # Each leg has its own venv, .venvs/LEG, created when missing (a stamp of the leg's line
 # below says it is complete); like .venv (tools/make_venv.sh) it is a link into the store
-# outside the checkout, so that a fresh clone on the same machine reuses it. torch and mmengine are installed first, as a user has them;
-# then this package with a regular `pip install .`, dependencies included, which must leave
-# torch exactly as it was. The main stack (torch 2.13) is tested by `make test` itself.
+# outside the checkout, so that a fresh clone on the same machine reuses it. torch and
+# mmengine are installed first, as a user installs them (no pins beyond the user's own, so a
+# new torch brings the setuptools it brings); then this package with a regular
+# `pip install .`, dependencies included, which must leave torch exactly as it was; then the
+# leg's "documented fix", if any: what the README's install section tells such a user to run.
 #
-# Usage: tools/version_matrix.sh [LEG ...]   (default: every leg; LEG as named below)
+# Usage: tools/version_matrix.sh [--ci] [LEG ...]
+#   default: every leg; LEG as named below.
+#   --ci: the legs marked for CI, in the order below (their priority). With
+#     DDP_GUARD_CI_DEADLINE (seconds since the epoch; .ci/run sets it), a leg whose
+#     estimated time, at this machine's measured speed, would not end before the deadline is
+#     left out, and said so loudly; the others still run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# name | Python | what the user has installed before us
+# name | Python | what the user has installed before us | documented fix | CI | minutes to
+# build the venv, then to run its tests, on a quiet 2-core machine (measured 2026-12-01;
+# docs/compatibility.md). In priority order: CI runs the legs marked yes, in this order.
 LEGS=(
-  "torch1.13|3.8|torch==1.13.1 mmengine==0.8.0 numpy<1.25 setuptools<70 vermin==1.9.2"
-  "torch2.1|3.11|torch==2.1.2 mmengine==0.10.7 numpy==1.26.4 setuptools<81"
-  "torch2.14|3.11|torch==2.14.1 mmengine==0.10.7 numpy==1.26.4 setuptools<81"
+  "torch1.9|3.8|torch==1.9.1 mmengine==0.8.5 numpy<1.25 setuptools<70 vermin==1.9.2||yes|3|2"
+  "torch1.12|3.8|torch==1.12.1 mmengine==0.8.5 numpy<1.25 setuptools<70||yes|3|2"
+  "torch2.14|3.11|torch==2.14.1 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|6|3"
+  "torch1.13|3.8|torch==1.13.1 mmengine==0.8.0 numpy<1.25 setuptools<70||no|8|2"
+  "torch2.1|3.11|torch==2.1.2 mmengine==0.10.7 numpy==1.26.4|setuptools<81|no|8|3"
 )
 TESTS=(
   tests/test_torch_versions.py tests/test_installed_package.py tests/test_usage_record.py
@@ -31,11 +44,13 @@ TESTS=(
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
 
 say() { printf 'version_matrix [%d:%02d]: %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
+loud() { printf '\nversion_matrix: *** %s ***\n\n' "$*" >&2; }
 
 find_python() {
   local version=$1 candidate
   for candidate in "python$version" "$HOME"/.pyenv/versions/"$version".*/bin/"python$version"; do
-    if command -v "$candidate" >/dev/null 2>&1; then
+    # pyenv's shims are on PATH for every version it knows, but run only the selected ones.
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c '' 2>/dev/null; then
       command -v "$candidate"
       return
     fi
@@ -45,17 +60,39 @@ find_python() {
   return 1
 }
 
+stamp_of() { echo "$1 $2 $3" | sha256sum | cut -c1-16; }
+
+leg_is_built() {
+  local venv=".venvs/$1"
+  [ -f "$venv/.complete" ] && [ "$(cat "$venv/.complete")" = "$(stamp_of "$2" "$3" "$4")" ]
+}
+
+# The pkg_resources trap (docs/compatibility.md): with the setuptools a new torch brings,
+# mmengine's Config.fromfile cannot read a package-scoped base. Said before the fix is applied.
+report_scoped_config_trap() {
+  local venv=$1 probe
+  probe=$(mktemp -d)
+  echo "_base_ = ['mmdet3d_ddp_guard::_base_/ddp_guard.py']" >"$probe/user_config.py"
+  if (cd "$probe" && "$venv/bin/python" -c \
+      'from mmengine.config import Config; Config.fromfile("user_config.py")' 2>"$probe/err"); then
+    say "the user's install as it is reads mmdet3d_ddp_guard:: configs"
+  else
+    say "the user's install as it is cannot read mmdet3d_ddp_guard:: configs: $(tail -n 1 "$probe/err")"
+  fi
+  rm -rf "$probe"
+}
+
 make_leg_venv() {
-  local name=$1 python_version=$2 stack=$3
-  local venv=".venvs/$name" want
+  local name=$1 python_version=$2 stack=$3 fix=$4
+  local venv=".venvs/$name"
   if [ ! -e "$venv" ]; then
     mkdir -p .venvs "$STORE/venvs"
     ln -sfn "$STORE/venvs/$name" "$venv"
   fi
-  want=$(echo "$python_version $stack" | sha256sum | cut -c1-16)
-  if [ -f "$venv/.complete" ] && [ "$(cat "$venv/.complete")" = "$want" ]; then
+  local pip="$venv/bin/python -m pip --disable-pip-version-check"
+  if leg_is_built "$name" "$python_version" "$stack" "$fix"; then
     # The package itself is reinstalled every run: it is what is under test.
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall .
+    $pip install -q --no-deps --force-reinstall .
     return
   fi
   local python
@@ -63,7 +100,6 @@ make_leg_venv() {
   rm -rf "$(readlink -f "$venv")"
   say "$name: creating $venv (Python $python_version: $stack)"
   "$python" -m venv "$(readlink -f "$venv")"
-  local pip="$venv/bin/python -m pip --disable-pip-version-check"
   # shellcheck disable=SC2086  # the stack is a list of requirement words
   $pip install -q $stack pytest pytest-timeout
   local before after
@@ -75,25 +111,63 @@ make_leg_venv() {
     say "$name: installing mmdet3d_ddp_guard replaced torch $before with $after"
     return 1
   fi
-  echo "$want" >"$venv/.complete"
+  if [ -n "$fix" ]; then
+    report_scoped_config_trap "$venv"
+    say "$name: the README's fix for it: pip install '$fix'"
+    $pip install -q "$fix"
+  fi
+  stamp_of "$python_version" "$stack" "$fix" >"$venv/.complete"
 }
 
 # Python 3.8 syntax and standard library in the package, proved by vermin in the leg that
-# runs Python 3.8 (annotations count: Python 3.8 evaluates them at import).
+# has it (annotations count: Python 3.8 evaluates them at import).
 check_python38() {
   say "vermin: the package and setup.py must run on Python 3.8"
   ".venvs/$1/bin/python" -c 'import sys, vermin; sys.exit(vermin.main())' \
     --target=3.8- --violations --eval-annotations --no-tips mmdet3d_ddp_guard setup.py
 }
 
-repo=$(pwd)
+ci=no
+if [ "${1:-}" = --ci ]; then
+  ci=yes
+  shift
+fi
 selected=("$@")
+deadline=${DDP_GUARD_CI_DEADLINE:-}
+slowdown=1
+if [ -n "$deadline" ]; then
+  slowdown=$(python3 -c 'from tests.timeouts import measured_slowdown
+print(f"{max(measured_slowdown(5), 1.0):.2f}")')
+  say "CI deadline in $(((deadline - $(date +%s)) / 60)) min; this machine runs Python" \
+    "${slowdown}x slower than a quiet core"
+fi
+
+repo=$(pwd)
 failed=()
+passed=()
+left_out=()
 for leg in "${LEGS[@]}"; do
-  IFS='|' read -r name python_version stack <<<"$leg"
+  IFS='|' read -r name python_version stack fix in_ci build_minutes test_minutes <<<"$leg"
   if [ ${#selected[@]} -gt 0 ] && [[ ! " ${selected[*]} " =~ " $name " ]]; then continue; fi
-  make_leg_venv "$name" "$python_version" "$stack"
-  if [ "$python_version" = 3.8 ] && ! check_python38 "$name"; then failed+=("vermin"); fi
+  if [ "$ci" = yes ] && [ "$in_ci" != yes ]; then continue; fi
+  if [ -n "$deadline" ]; then
+    minutes=$test_minutes
+    if ! leg_is_built "$name" "$python_version" "$stack" "$fix"; then
+      minutes=$((build_minutes + test_minutes))
+    fi
+    estimate=$(python3 -c "import math; print(math.ceil($minutes * $slowdown * 60))")
+    left=$((deadline - $(date +%s)))
+    if [ "$estimate" -gt "$left" ]; then
+      loud "LEFT OUT leg $name: it takes about $((estimate / 60)) min on this machine" \
+        "($minutes min on a quiet one, ${slowdown}x slower now), and only" \
+        "$((left / 60)) min are left before CI's limit. Run it with:" \
+        "bash tools/version_matrix.sh $name"
+      left_out+=("$name")
+      continue
+    fi
+  fi
+  make_leg_venv "$name" "$python_version" "$stack" "$fix"
+  if [[ " $stack " == *" vermin=="* ]] && ! check_python38 "$name"; then failed+=("vermin"); fi
   say "$name: ${#TESTS[@]} test files"
   # From a copy of the tests only, so that `import mmdet3d_ddp_guard` finds the installed
   # package, not the checkout.
@@ -102,13 +176,18 @@ for leg in "${LEGS[@]}"; do
   if (cd "$workdir" && DDP_GUARD_EXPECT_INSTALLED=1 \
       "$repo/.venvs/$name/bin/python" -m pytest "${TESTS[@]}" -p no:cacheprovider -q); then
     say "$name: passed"
+    passed+=("$name")
   else
     failed+=("$name")
   fi
   rm -rf "$workdir"
 done
+say "passed: ${passed[*]:-none}"
+if [ ${#left_out[@]} -gt 0 ]; then
+  loud "NOT RUN for lack of time: ${left_out[*]} (see the LEFT OUT lines above)"
+fi
 if [ ${#failed[@]} -gt 0 ]; then
   say "failed: ${failed[*]}"
   exit 1
 fi
-say "all legs passed"
+say "all legs that ran passed"

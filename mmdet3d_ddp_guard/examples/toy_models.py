@@ -116,14 +116,25 @@ class ToyDetector(BaseModel):
             for _ in range(NUM_GATES if pattern == 'one_gate_per_rank' else 0))
         self.forward_count = 0
 
-    def expected_unused(self, iteration: int, rank: int) -> List[str]:
-        """Parameter names autograd will not reach in ``iteration`` on ``rank``."""
+    def expected_unused(self, iteration: int, rank: int,
+                        grads_zeroed_in_place: bool = False) -> List[str]:
+        """Parameter names autograd will not reach in ``iteration`` on ``rank``.
+
+        ``grads_zeroed_in_place``: the optimizer zeroes gradients in place
+        (``zero_grad(set_to_none=False)``, torch < 2.0's default). An undefined gradient
+        that reaches a parameter holding a zeroed gradient then leaves a defined ``.grad``,
+        which DDP's graph search counts as used, and so does the usage record: after the
+        first iteration, the gate whose gradient some rank defines holds the reduced
+        gradient on every rank.
+        """
         unused = [] if self._dead_layer_runs() else list(DEAD_PARAMS)
         if not self._branch_runs(iteration, rank):
             unused += BRANCH_PARAMS
         if self._aux_out_of_loss(rank):
             unused += AUX_PARAMS
-        if self._gate_grad_undefined(rank):
+        gate_defined_somewhere = self.pattern != 'undefined_grad'
+        if self._gate_grad_undefined(rank) and not (
+                grads_zeroed_in_place and gate_defined_somewhere and iteration > 0):
             unused += GATE_PARAMS
         if self.gates:
             skipped = self._skipped_gate(iteration, rank)

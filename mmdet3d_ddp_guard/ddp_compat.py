@@ -1,0 +1,65 @@
+"""The parts of DDP's surface that changed between torch 1.9 and today, in one place.
+
+GuardedDDP and its comm hook use them through these functions, each gated on the torch
+version that changed it (``tests/test_torch_versions.py`` checks every gate on the torch at
+hand, and the version matrix runs each side of each gate):
+
+- ``GradBucket``: ``get_tensor()`` and ``is_the_last_bucket_to_allreduce()`` in torch 1.9,
+  ``buffer()`` and ``is_last()`` from 1.10 on. torch 1.8 has neither a last-bucket test nor a
+  reliable bucket count, which is why it is not supported (:mod:`.versions`).
+- What a comm hook's future holds: a one-tensor list in torch 1.9, the tensor from 1.10 on
+  (pytorch/pytorch#62074).
+- DDP's ``static_graph`` argument is new in torch 1.11; torch 1.9 and 1.10 have the private
+  ``DistributedDataParallel._set_static_graph()``, to be called before the first forward.
+"""
+from typing import Dict, List, Union
+
+import torch
+
+from .versions import major_minor
+
+#: torch 1.10 renamed GradBucket's accessors and lets a comm hook's future hold a tensor.
+GRAD_BUCKET_API_SINCE = (1, 10)
+#: torch 1.11 added ``DistributedDataParallel(static_graph=...)``.
+STATIC_GRAPH_ARGUMENT_SINCE = (1, 11)
+
+_TORCH = major_minor(torch.__version__)
+NEW_GRAD_BUCKET_API = _TORCH >= GRAD_BUCKET_API_SINCE
+STATIC_GRAPH_ARGUMENT = _TORCH >= STATIC_GRAPH_ARGUMENT_SINCE
+
+
+def bucket_buffer(bucket) -> torch.Tensor:
+    """The flat gradient tensor of a ``GradBucket``."""
+    return bucket.buffer() if NEW_GRAD_BUCKET_API else bucket.get_tensor()
+
+
+def is_last_bucket(bucket) -> bool:
+    """Whether DDP reduces this bucket last in the iteration (launched only once every
+    parameter of this rank is ready)."""
+    return bucket.is_last() if NEW_GRAD_BUCKET_API else bucket.is_the_last_bucket_to_allreduce()
+
+
+def hook_result(tensor: torch.Tensor) -> Union[torch.Tensor, List[torch.Tensor]]:
+    """What a comm hook's future must hold for the reduced bucket ``tensor``."""
+    return tensor if NEW_GRAD_BUCKET_API else [tensor]
+
+
+def static_graph_arguments(static_graph: bool) -> Dict[str, bool]:
+    """DDP's keyword for ``static_graph``: none where DDP has no such argument (then
+    :func:`set_static_graph` does it after construction)."""
+    return dict(static_graph=static_graph) if STATIC_GRAPH_ARGUMENT else {}
+
+
+def set_static_graph(ddp: torch.nn.parallel.DistributedDataParallel,
+                     static_graph: bool) -> None:
+    """On torch 1.9 and 1.10, turns on DDP's static graph through its private
+    ``_set_static_graph()`` (before any forward, as it requires); nothing on newer torch,
+    which took ``static_graph`` as an argument."""
+    if not static_graph or STATIC_GRAPH_ARGUMENT:
+        return
+    if not hasattr(ddp, '_set_static_graph'):
+        raise RuntimeError(
+            f'GuardedDDP: static_graph=True needs DistributedDataParallel._set_static_graph() '
+            f'on torch {torch.__version__}, and this torch has none. Build GuardedDDP without '
+            "static_graph (find_unused_parameters='auto' trains any unused set).")
+    ddp._set_static_graph()
