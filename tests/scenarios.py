@@ -17,8 +17,14 @@ GRADS_ZEROED_IN_PLACE = major_minor(torch.__version__) < (2, 0)
 #: defined a zero gradient (momentum and weight decay then move it); from torch 1.10 on it
 #: leaves ``.grad`` None, as one GPU does. GuardedDDP leaves it None on every torch.
 GRAPH_SEARCH_LEAVES_UNDEFINED_GRADS_ALONE = major_minor(torch.__version__) >= (1, 10)
-#: gloo reduces bfloat16 tensors from torch 1.10 on ("Invalid scalar type" on 1.9).
-GLOO_REDUCES_BFLOAT16 = major_minor(torch.__version__) >= (1, 10)
+#: Measured on torch 1.9.1: DDP's graph search walks the autograd graph from every output of
+#: the forward, so a logged output left out of the loss marks its parameters used, they get
+#: no gradient, and the next forward fails ("Expected to have finished reduction"); from
+#: torch 1.10 on it trains.
+GRAPH_SEARCH_TRAINS_LOGGED_OUTPUTS = major_minor(torch.__version__) >= (1, 10)
+#: gloo reduces bfloat16 tensors from torch 1.13 on ("Invalid scalar type" on 1.9.1 and
+#: 1.12.1; tests/test_torch_versions.py checks the gate).
+GLOO_REDUCES_BFLOAT16 = major_minor(torch.__version__) >= (1, 13)
 #: AmpOptimWrapper's loss scaling on the CPU needs torch's CPU GradScaler.
 CPU_GRAD_SCALER = hasattr(torch, 'amp') and hasattr(torch.amp, 'GradScaler')
 
@@ -118,7 +124,8 @@ def train_guarded_and_reference(rank: int, world_size: int, separate_counts: boo
 
     Where DDP's graph search is wrong, the case is compared with
     :func:`train_manual_reference` instead: gradient accumulation before torch 2.4
-    (pytorch/pytorch#69031), and a gradient that no rank defines on torch 1.9.
+    (pytorch/pytorch#69031); on torch 1.9, a gradient that no rank defines and an output
+    logged but left out of the loss.
     """
     if node_hooks:
         accumulate_grad_hooks.POST_ACCUMULATE_GRAD_HOOK = False
@@ -139,7 +146,9 @@ def train_guarded_and_reference(rank: int, world_size: int, separate_counts: boo
 def graph_search_is_wrong(pattern: str, accumulative_counts: int = 1, **case) -> bool:
     """Whether DDP's graph search trains this case wrong on the torch at hand."""
     return (accumulative_counts > 1 and not graph_search_accumulates_right(torch.__version__)
-            or pattern == 'undefined_grad' and not GRAPH_SEARCH_LEAVES_UNDEFINED_GRADS_ALONE)
+            or pattern == 'undefined_grad' and not GRAPH_SEARCH_LEAVES_UNDEFINED_GRADS_ALONE
+            or pattern == 'output_logged_not_in_loss'
+            and not GRAPH_SEARCH_TRAINS_LOGGED_OUTPUTS)
 
 
 def train_manual_reference(rank: int, world_size: int, pattern: str, optimizer: str,

@@ -3,19 +3,21 @@ records usage with, and DDP's graph search under gradient accumulation before to
 (pytorch/pytorch#69031). Runs in every environment of the version matrix
 (tools/version_matrix.sh): each branch below that depends on the torch at hand is real there.
 """
+import inspect
 import warnings
 
 import pytest
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
-from mmdet3d_ddp_guard import accumulate_grad_hooks
+from mmdet3d_ddp_guard import accumulate_grad_hooks, ddp_compat
 from mmdet3d_ddp_guard.decision_policy import CONFIG_TOP_LEVEL, COMPLETE, FIND_UNUSED, \
     initial_decision
 from mmdet3d_ddp_guard.versions import check_versions, graph_search_accumulates_right
 from tests.dist_utils import DistributedRunError, run_distributed
 from tests.equivalence import assert_trains_like_graph_search
-from tests.scenarios import train_guarded_and_reference, train_manual_reference, train_toy, \
-    train_toy_runner
+from tests.scenarios import GLOO_REDUCES_BFLOAT16, GRAPH_SEARCH_TRAINS_LOGGED_OUTPUTS, \
+    train_guarded_and_reference, train_manual_reference, train_toy, train_toy_runner
 
 OLD_GRAPH_SEARCH = not graph_search_accumulates_right(torch.__version__)
 
@@ -42,6 +44,33 @@ def test_unsupported_versions_are_refused_naming_the_range_and_the_fix():
 def test_a_newer_torch_than_tested_gets_a_warning_not_a_refusal():
     with pytest.warns(UserWarning, match=r'tested up to torch 2\.14; torch 2\.15\.0 is newer'):
         check_versions('2.15.0', '0.10.7')
+
+
+def test_ddp_surface_gates_pick_what_this_torch_offers():
+    """ddp_compat's version gates, against the torch at hand: each accessor it picks exists,
+    and DDP takes static_graph as an argument exactly where the gate says."""
+    bucket = torch.distributed.GradBucket
+    if ddp_compat.NEW_GRAD_BUCKET_API:
+        assert hasattr(bucket, 'buffer') and hasattr(bucket, 'is_last')
+    else:
+        assert hasattr(bucket, 'get_tensor') and hasattr(bucket, 'is_the_last_bucket_to_allreduce')
+        assert not hasattr(bucket, 'is_last')
+    ddp_arguments = inspect.signature(DistributedDataParallel.__init__).parameters
+    assert ('static_graph' in ddp_arguments) == ddp_compat.STATIC_GRAPH_ARGUMENT
+    if not ddp_compat.STATIC_GRAPH_ARGUMENT:
+        assert hasattr(DistributedDataParallel, '_set_static_graph')
+
+
+def _broadcast_bfloat16(rank, world_size):
+    torch.distributed.broadcast(torch.ones(2, dtype=torch.bfloat16), src=0)
+
+
+def test_gloo_bfloat16_gate_that_skips_the_bfloat16_cases_is_this_torchs():
+    if GLOO_REDUCES_BFLOAT16:
+        run_distributed(_broadcast_bfloat16, timeout=120)
+    else:
+        with pytest.raises(DistributedRunError, match='Invalid scalar type'):
+            run_distributed(_broadcast_bfloat16, timeout=120)
 
 
 def test_node_hook_sees_reached_undefined_and_unreached_parameters():
@@ -133,6 +162,23 @@ def test_runner_config_with_find_unused_and_accumulation(tmp_path):
                            accumulative_counts=2))
     for result in results:
         assert result['decision'] == (COMPLETE if OLD_GRAPH_SEARCH else FIND_UNUSED)
+
+
+def _graph_search_on_a_logged_output(rank, world_size):
+    return train_toy(rank, world_size, 'ddp_find_unused', 'output_logged_not_in_loss', 'sgd',
+                     steps=3)['params']
+
+
+@pytest.mark.timeout(300)
+def test_ddp_graph_search_fails_on_a_logged_output_exactly_on_torch_1_9():
+    """The gate in scenarios.py on the torch at hand: where DDP's graph search dies of an
+    output that the forward returns but the loss leaves out, GuardedDDP is compared with
+    the single-process computation instead (test_guarded_ddp_training.py trains it)."""
+    if GRAPH_SEARCH_TRAINS_LOGGED_OUTPUTS:
+        run_distributed(_graph_search_on_a_logged_output)
+    else:
+        with pytest.raises(DistributedRunError, match='Expected to have finished reduction'):
+            run_distributed(_graph_search_on_a_logged_output)
 
 
 def _python_built_graph_search_with_accumulation(rank, world_size):

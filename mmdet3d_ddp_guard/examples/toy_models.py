@@ -24,6 +24,9 @@ UNUSED_PATTERNS = {
                       'disagree in the same iteration (a class with no box on one GPU)',
     'output_not_in_loss': 'an auxiliary output computed every iteration but left out of '
                           'the loss',
+    'output_logged_not_in_loss': "the same auxiliary output, returned in the losses dict "
+                                 "under a name without 'loss' (logged, not summed: an "
+                                 "accuracy with its graph), so that DDP's forward returns it",
     'undefined_grad': 'a custom autograd Function that returns no gradient (None) for a '
                       'gate weight on every rank (PyTorch\'s own DDP parity test case)',
     'undefined_grad_rank_dependent': 'the same gate, its gradient defined on even ranks '
@@ -157,7 +160,7 @@ class ToyDetector(BaseModel):
         return True
 
     def _aux_out_of_loss(self, rank: int) -> bool:
-        return (self.pattern == 'output_not_in_loss'
+        return (self.pattern in ('output_not_in_loss', 'output_logged_not_in_loss')
                 or self.pattern == 'frozen_shared_detached' and rank % 2 == 1)
 
     def _skipped_gate(self, iteration: int, rank: int) -> int:
@@ -206,6 +209,8 @@ class ToyDetector(BaseModel):
             losses['loss_aux'] = 0.1 * aux.detach().pow(2).mean()
         elif not self._aux_out_of_loss(rank):
             losses['loss_aux'] = 0.1 * aux.pow(2).mean()
+        if self.pattern == 'output_logged_not_in_loss':
+            losses['aux_energy'] = aux.pow(2).mean()
         return losses
 
     def _trunk(self, x: torch.Tensor, iteration: int, rank: int) -> torch.Tensor:
