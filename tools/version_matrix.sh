@@ -70,7 +70,8 @@ leg_is_built() {
 # The pkg_resources trap (docs/compatibility.md): with the setuptools a new torch brings,
 # mmengine's Config.fromfile cannot read a package-scoped base. Said before the fix is applied.
 report_scoped_config_trap() {
-  local venv=$1 probe
+  local venv probe
+  venv=$(readlink -f "$1")
   probe=$(mktemp -d)
   echo "_base_ = ['mmdet3d_ddp_guard::_base_/ddp_guard.py']" >"$probe/user_config.py"
   if (cd "$probe" && "$venv/bin/python" -c \
