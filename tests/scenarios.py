@@ -22,9 +22,9 @@ GRAPH_SEARCH_LEAVES_UNDEFINED_GRADS_ALONE = major_minor(torch.__version__) >= (1
 #: no gradient, and the next forward fails ("Expected to have finished reduction"); from
 #: torch 1.10 on it trains.
 GRAPH_SEARCH_TRAINS_LOGGED_OUTPUTS = major_minor(torch.__version__) >= (1, 10)
-#: gloo reduces bfloat16 tensors from torch 1.13 on ("Invalid scalar type" on 1.9.1 and
-#: 1.12.1; tests/test_torch_versions.py checks the gate).
-GLOO_REDUCES_BFLOAT16 = major_minor(torch.__version__) >= (1, 13)
+#: gloo reduces bfloat16 tensors on torch 2.13 and 2.14; "Invalid scalar type" on 1.9.1,
+#: 1.12.1, 1.13.1 and 2.1.2 (tests/test_torch_versions.py checks the gate on each).
+GLOO_REDUCES_BFLOAT16 = major_minor(torch.__version__) >= (2, 2)
 #: AmpOptimWrapper's loss scaling on the CPU needs torch's CPU GradScaler.
 CPU_GRAD_SCALER = hasattr(torch, 'amp') and hasattr(torch.amp, 'GradScaler')
 
@@ -253,9 +253,9 @@ def train_toy_runner(rank: int, world_size: int, work_dir: str, pattern: str,
 
 def _usage_hooks_per_parameter(model) -> List[int]:
     """How many usage hooks each parameter carries: torch's own count of tensor hooks, or
-    where the record hooks AccumulateGrad nodes instead (torch < 2.1), whose Python
+    where the record hooks AccumulateGrad nodes instead (torch < 2.1, 2.1.2), whose Python
     post-hooks torch does not list, the live node hooks that name the parameter."""
-    if accumulate_grad_hooks.POST_ACCUMULATE_GRAD_HOOK:
+    if not accumulate_grad_hooks.hooks_nodes():
         return [len(p._post_accumulate_grad_hooks or {}) for p in model.parameters()]
     import gc
     hooks = [obj for obj in gc.get_objects()

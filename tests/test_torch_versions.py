@@ -73,6 +73,15 @@ def test_gloo_bfloat16_gate_that_skips_the_bfloat16_cases_is_this_torchs():
             run_distributed(_broadcast_bfloat16, timeout=120)
 
 
+def test_the_default_hook_is_the_node_wherever_the_tensor_hook_misses_undefined_grads():
+    """torch 2.1.2's tensor hook does not fire for an undefined gradient (measured); the
+    record then takes the node path, which does."""
+    probe = accumulate_grad_hooks.tensor_hook_sees_undefined_grads()
+    if accumulate_grad_hooks.POST_ACCUMULATE_GRAD_HOOK:
+        assert probe == (torch.__version__.split('+')[0] != '2.1.2')
+    assert accumulate_grad_hooks.hooks_nodes() == (not probe)
+
+
 def test_node_hook_sees_reached_undefined_and_unreached_parameters():
     """The torch < 2.1 path, forced on any torch: the hook fires after accumulation, with
     the gradient in place, and also for an undefined gradient; an unreached parameter gets
