@@ -218,9 +218,16 @@ class UnusedParamsHook(Hook):
                     or self.every_n_train_iters(runner, hook.interval)):
                 return True
             if (isinstance(hook, CheckpointHook) and not hook.by_epoch
-                    and self.every_n_train_iters(runner, hook.interval, hook.save_begin)):
+                    and self._checkpoint_due(runner, hook)):
                 return True
         return False
+
+    def _checkpoint_due(self, runner, hook: CheckpointHook) -> bool:
+        # CheckpointHook's save_begin, and every_n_train_iters' start, are newer than
+        # mmengine 0.8.0, whose CheckpointHook saves every interval from the start.
+        if not hasattr(hook, 'save_begin'):
+            return self.every_n_train_iters(runner, hook.interval)
+        return self.every_n_train_iters(runner, hook.interval, hook.save_begin)
 
     def _on_usage(self, usage: IterationUsage, changed: bool) -> None:
         """Every iteration once its per-rank detail is known (the record's listener)."""
