@@ -47,7 +47,7 @@ setup(
     packages=find_packages(exclude=('tests', 'tests.*')),
     python_requires='>=3.8',
     # No torch here, as in OpenMMLab's own packages: the user installs the torch that fits
-    # their CUDA, and pip must never replace it. The supported range (torch >= 1.13, newest
+    # their CUDA, and pip must never replace it. The supported range (torch >= 1.9, newest
     # tested 2.14; mmengine >= 0.8 as mmdet3d 1.4 requires) is checked at import, in
     # mmdet3d_ddp_guard/versions.py. No upper caps, so that pip never downgrades either.
     install_requires=['mmengine>=0.8'],

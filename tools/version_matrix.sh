@@ -31,8 +31,8 @@ LEGS=(
   "torch1.9|3.8|torch==1.9.1 mmengine==0.8.5 numpy<1.25 setuptools<70 vermin==1.9.2||yes|3|2"
   "torch1.12|3.8|torch==1.12.1 mmengine==0.8.5 numpy<1.25 setuptools<70||yes|3|2"
   "torch2.14|3.11|torch==2.14.1 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|4"
-  "torch1.13|3.8|torch==1.13.1 mmengine==0.8.0 numpy<1.25 setuptools<70|yapf==0.40.1|no|3|2"
-  "torch2.1|3.11|torch==2.1.2 mmengine==0.10.7 numpy==1.26.4|setuptools<81|no|3|3"
+  "torch1.13|3.8|torch==1.13.1 mmengine==0.8.0 numpy<1.25 setuptools<70|yapf==0.40.1|yes|3|2"
+  "torch2.1|3.11|torch==2.1.2 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|3"
 )
 TESTS=(
   tests/test_torch_versions.py tests/test_installed_package.py tests/test_usage_record.py
