@@ -134,8 +134,9 @@ class GuardedDDP(MMDistributedDataParallel):
         # Before DDP's own checks, which refuse torch's SyncBatchNorm on the CPU.
         warn_forward_collectives(module)
         drop_device_ids_for_cpu_module(module, kwargs)
-        # Before DDP builds its reducer: on torch < 2.1 the record's hooks must be added to
-        # the AccumulateGrad nodes ahead of DDP's (see accumulate_grad_hooks).
+        # Before DDP builds its reducer: on the node path (torch < 2.1, and 2.1.2) the
+        # record's hooks must be added to the AccumulateGrad nodes ahead of DDP's (see
+        # accumulate_grad_hooks).
         usage_record = ParamUsageRecord(module, kwargs.get('process_group'))
         super().__init__(
             module=module,

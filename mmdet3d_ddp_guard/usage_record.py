@@ -149,8 +149,9 @@ class ParamUsageRecord:
     as *reached* when autograd accumulated a gradient into it, or as *undefined* when the
     hook ran but left ``.grad`` None (a custom autograd Function that returns None for it:
     DDP's graph search counts such a parameter as unused on that rank, and so do we). The
-    hook runs before DDP's own hook on the parameter; on torch < 2.1 only if the record is
-    created before the DDP wrapper, as GuardedDDP does. An undefined gradient in a
+    hook runs before DDP's own hook on the parameter; on the ``AccumulateGrad`` node path
+    (torch < 2.1, and 2.1.2) only if the record is created before the DDP wrapper, as
+    GuardedDDP does. An undefined gradient in a
     micro-step whose parameter already holds a gradient from an earlier micro-step of the
     window leaves that gradient in place: it counts as used, as for DDP, which reduces the
     window's gradient. Cost: one hook call per parameter per backward; deciding that
