@@ -54,12 +54,7 @@ def set_static_graph(ddp: torch.nn.parallel.DistributedDataParallel,
                      static_graph: bool) -> None:
     """On torch 1.9 and 1.10, turns on DDP's static graph through its private
     ``_set_static_graph()`` (before any forward, as it requires); nothing on newer torch,
-    which took ``static_graph`` as an argument."""
-    if not static_graph or STATIC_GRAPH_ARGUMENT:
-        return
-    if not hasattr(ddp, '_set_static_graph'):
-        raise RuntimeError(
-            f'GuardedDDP: static_graph=True needs DistributedDataParallel._set_static_graph() '
-            f'on torch {torch.__version__}, and this torch has none. Build GuardedDDP without '
-            "static_graph (find_unused_parameters='auto' trains any unused set).")
-    ddp._set_static_graph()
+    which took ``static_graph`` as an argument. Every torch the import accepts below 1.11
+    has it (``tests/test_torch_versions.py`` checks that on the torch at hand)."""
+    if static_graph and not STATIC_GRAPH_ARGUMENT:
+        ddp._set_static_graph()

@@ -1,5 +1,6 @@
 """Training scenarios run inside the spawned ranks of the multi-process tests."""
 import contextlib
+import gc
 from typing import Dict, List
 
 import torch
@@ -257,7 +258,6 @@ def _usage_hooks_per_parameter(model) -> List[int]:
     post-hooks torch does not list, the live node hooks that name the parameter."""
     if not accumulate_grad_hooks.hooks_nodes():
         return [len(p._post_accumulate_grad_hooks or {}) for p in model.parameters()]
-    import gc
     hooks = [obj for obj in gc.get_objects()
              if isinstance(obj, accumulate_grad_hooks._AccumulateGradNodeHook)
              and obj.node is not None]
