@@ -3,14 +3,13 @@
 Such a layer all-reduces batch statistics across ranks in every training forward. When a
 branch holding it runs on some ranks and not on others, the ranks that ran it wait for
 partners that never come: the job hangs before any backward, whatever DDP's options. This
-module finds those layers (for GuardedDDP's build-time warning), counts their calls per
-simulated rank (for ``check --world-size N``) and points at the config key that built them.
+module finds those layers (for GuardedDDP's build-time warning and the stall guard's
+hooks), counts their calls per simulated rank (for ``check --world-size N``) and points at
+the config key that built them. It imports no framework: the callers log.
 """
-import logging
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch.nn as nn
-from mmengine.logging import print_log
 
 #: (module of the class, class name) of layers with a collective in their training forward,
 #: besides ``torch.nn.SyncBatchNorm`` and its subclasses (mmcv's ``'SyncBN'`` is torch's).
@@ -36,8 +35,8 @@ def forward_collective_modules(model: nn.Module) -> List[Tuple[str, nn.Module]]:
             if has_forward_collective(module)]
 
 
-def warn_forward_collectives(model: nn.Module, limit: int = 12) -> Optional[str]:
-    """Logs a warning naming the SyncBN-type layers of ``model`` (once, at build); returns it.
+def forward_collectives_warning(model: nn.Module, limit: int = 12) -> Optional[str]:
+    """The build-time warning naming the SyncBN-type layers of ``model``; None without any.
 
     Args:
         model (nn.Module): The unwrapped model.
@@ -52,10 +51,10 @@ def warn_forward_collectives(model: nn.Module, limit: int = 12) -> Optional[str]
         f'GuardedDDP: the model holds {len(found)} layer(s) that run a collective in their '
         f'forward: {names}{more}. If a branch holding one is skipped on some ranks and not '
         'on others in the same iteration, every rank waits in that collective before any '
-        'backward (plain DDP hangs); neither GuardedDDP nor any DDP option can help there. '
-        'Use BN or GN in branches that can be skipped, or run them on every rank; '
+        'backward (plain DDP hangs); no DDP option can make that train, and GuardedDDP\'s '
+        "stall guard ends the run with the layer's name. Use BN or GN in branches that can "
+        'be skipped, or run them on every rank; '
         '`python -m mmdet3d_ddp_guard check CONFIG --world-size N` predicts it.')
-    print_log(message, logger='current', level=logging.WARNING)
     return message
 
 

@@ -2,6 +2,7 @@
 import contextlib
 import inspect
 import logging
+import weakref
 from typing import Dict, Optional, Tuple, Union
 
 import torch
@@ -18,7 +19,8 @@ from .decision_policy import (COMPLETE, STATIC_GRAPH, STRICT, Decision, Decision
                               FIND_UNUSED, configured_accumulation, not_given,
                               resolve_request)
 from .errors import static_graph_changed_error, unused_parameters_error
-from .forward_collectives import warn_forward_collectives
+from .forward_collectives import forward_collectives_warning
+from .stall_guard import DEFAULT_STALL_TIMEOUT, RankPosition, StallWatchdog
 from .unused_counts_comm_hook import UnusedCountsState, allreduce_with_unused_counts
 from .usage_record import IterationUsage, ParamUsageRecord
 from .versions import graph_search_accumulates_right
@@ -119,6 +121,7 @@ class GuardedDDP(MMDistributedDataParallel):
                  find_unused_parameters: Union[str, bool] = not_given(),
                  static_graph: bool = False,
                  detect_anomalous_params: bool = False,
+                 stall_timeout: Optional[float] = DEFAULT_STALL_TIMEOUT,
                  **kwargs):
         if not isinstance(static_graph, bool):
             raise TypeError(f'GuardedDDP: static_graph must be True or False, not '
@@ -132,7 +135,9 @@ class GuardedDDP(MMDistributedDataParallel):
         policy = DecisionPolicy(requested, source, static_graph,
                                 accumulative_counts=configured_accumulation(runner))
         # Before DDP's own checks, which refuse torch's SyncBatchNorm on the CPU.
-        warn_forward_collectives(module)
+        collectives_warning = forward_collectives_warning(module)
+        if collectives_warning:
+            print_log(collectives_warning, logger='current', level=logging.WARNING)
         drop_device_ids_for_cpu_module(module, kwargs)
         # Before DDP builds its reducer: on the node path (torch < 2.1, and 2.1.2) the
         # record's hooks must be added to the AccumulateGrad nodes ahead of DDP's (see
@@ -159,6 +164,14 @@ class GuardedDDP(MMDistributedDataParallel):
         self._iterations_ended = 0
         if dist.get_backend(self.process_group) == 'gloo':
             leave_gloo_cleanly_at_exit()
+        self.stall_position = RankPosition(self.process_group)
+        self.stall_watchdog: Optional[StallWatchdog] = None
+        if stall_timeout is not None and dist.get_world_size(self.process_group) > 1:
+            self.stall_watchdog = StallWatchdog(self.stall_position, stall_timeout,
+                                                _log_stall, self.process_group)
+            self.stall_position.follow_forward_collectives(module)
+            self.stall_watchdog.start()
+        self._runner = weakref.ref(runner) if runner is not None else None
         print_log(policy.decision.format(), logger='current',
                   level=logging.WARNING if policy.decision.warning else logging.INFO)
 
@@ -179,29 +192,49 @@ class GuardedDDP(MMDistributedDataParallel):
                    optim_wrapper: OptimWrapper) -> Dict[str, torch.Tensor]:
         """MMDistributedDataParallel's train step, settling unused parameters between the
         backward and the optimizer step."""
-        # The previous iteration's per-rank detail, unless a hook has read it already.
-        self.usage_record.resolve()
-        self.usage_record.start_iteration()
-        with optim_wrapper.optim_context(self):
-            # False inside no_sync (gradient accumulation): this backward reduces nothing.
-            reduces = self.require_backward_grad_sync
-            if not reduces and self.decision.mode == FIND_UNUSED \
-                    and not graph_search_accumulates_right(torch.__version__):
-                raise RuntimeError(
-                    'GuardedDDP: find_unused_parameters=True (DDP graph search) with gradient '
-                    f'accumulation (no_sync) trains wrong on torch {torch.__version__}: a '
-                    'parameter used in an earlier micro-step of the window but not in the '
-                    'last one is not synchronised across ranks (pytorch/pytorch#69031, fixed '
-                    "in torch 2.4). Build GuardedDDP with find_unused_parameters='auto' (the "
-                    'same training as the corrected graph search), or upgrade torch to >= 2.4.')
-            data = self.module.data_preprocessor(data, training=True)
-            losses = self._run_forward(data, mode='loss')
-        parsed_loss, log_vars = self.module.parse_losses(losses)
-        with _after_backward(optim_wrapper, lambda: self._settle_unused(reduces)):
-            optim_wrapper.update_params(parsed_loss)
-        if self.detect_anomalous_params:
-            detect_anomalous_params(parsed_loss, model=self)
+        if self._runner is not None:
+            self._add_stall_phase_hook()
+        position = self.stall_position
+        try:
+            # The previous iteration's per-rank detail, unless a hook has read it already.
+            self.usage_record.resolve()
+            position.start_forward(self._runner_iteration(self._iterations_ended))
+            self.usage_record.start_iteration()
+            with optim_wrapper.optim_context(self):
+                # False inside no_sync (gradient accumulation): this backward reduces nothing.
+                reduces = self.require_backward_grad_sync
+                if not reduces and self.decision.mode == FIND_UNUSED \
+                        and not graph_search_accumulates_right(torch.__version__):
+                    raise RuntimeError(
+                        'GuardedDDP: find_unused_parameters=True (DDP graph search) with '
+                        f'gradient accumulation (no_sync) trains wrong on torch '
+                        f'{torch.__version__}: a parameter used in an earlier micro-step of '
+                        'the window but not in the last one is not synchronised across ranks '
+                        '(pytorch/pytorch#69031, fixed in torch 2.4). Build GuardedDDP with '
+                        "find_unused_parameters='auto' (the same training as the corrected "
+                        'graph search), or upgrade torch to >= 2.4.')
+                data = self.module.data_preprocessor(data, training=True)
+                losses = self._run_forward(data, mode='loss')
+            parsed_loss, log_vars = self.module.parse_losses(losses)
+            with _after_backward(optim_wrapper, position,
+                                 lambda: self._settle_unused(reduces)):
+                optim_wrapper.update_params(parsed_loss)
+            if self.detect_anomalous_params:
+                detect_anomalous_params(parsed_loss, model=self)
+        except Exception as error:
+            if self.stall_watchdog is not None:
+                self.stall_watchdog.report_exception(error)
+            raise
+        position.enter('hooks')
         return log_vars
+
+    def _add_stall_phase_hook(self) -> None:
+        """Once, at the first step (the Runner registers its hooks after building us)."""
+        from .hooks.stall_phase_hook import StallPhaseHook
+        runner, self._runner = self._runner(), None
+        if runner is not None and self.stall_watchdog is not None \
+                and not any(isinstance(hook, StallPhaseHook) for hook in runner.hooks):
+            runner.register_hook(StallPhaseHook())
 
     def _settle_unused(self, reduces: bool) -> None:
         record = self.usage_record
@@ -209,7 +242,7 @@ class GuardedDDP(MMDistributedDataParallel):
         # Only a backward that reduces leaves DDP's buckets waiting for unreached parameters.
         unreached = record.local_unreached() if reduces and local_unused else ()
         self._iterations_ended += 1
-        iteration = self._current_iteration()
+        iteration = self._runner_iteration(self._iterations_ended - 1)
         if self.decision.mode == STATIC_GRAPH and reduces:
             self._check_static_graph(local_unused, iteration)
         if self._counts is None or not reduces:
@@ -280,16 +313,17 @@ class GuardedDDP(MMDistributedDataParallel):
                                              self._static_graph_unused, local_unused,
                                              iteration, self.usage_record.rank)
 
-    def _current_iteration(self) -> int:
-        """``runner.iter`` as RuntimeInfoHook publishes it; a running count outside a
-        Runner."""
+    @staticmethod
+    def _runner_iteration(own_count: int) -> int:
+        """``runner.iter`` as RuntimeInfoHook publishes it; ``own_count`` outside a Runner."""
         iteration = MessageHub.get_current_instance().get_info('iter')
-        return self._iterations_ended - 1 if iteration is None else iteration
+        return own_count if iteration is None else iteration
 
 
 @contextlib.contextmanager
-def _after_backward(optim_wrapper: OptimWrapper, callback):
-    """Runs ``callback`` right after ``optim_wrapper.backward`` inside ``update_params``.
+def _after_backward(optim_wrapper: OptimWrapper, position: RankPosition, callback):
+    """Runs ``callback`` right after ``optim_wrapper.backward`` inside ``update_params``,
+    and marks the backward, the settling and the optimizer step in ``position``.
 
     MMEngine has no hook point between backward and optimizer step; wrapping the instance's
     ``backward`` keeps the optim wrapper's own ``update_params`` (loss scaling, AMP,
@@ -298,14 +332,22 @@ def _after_backward(optim_wrapper: OptimWrapper, callback):
     original = optim_wrapper.backward
 
     def backward_then_settle(loss, **kwargs):
+        position.enter('backward')
         original(loss, **kwargs)
+        position.enter('settling')
         callback()
+        position.enter('optimizer step')
 
     optim_wrapper.backward = backward_then_settle
     try:
         yield
     finally:
         del optim_wrapper.backward
+
+
+def _log_stall(message: str, is_error: bool) -> None:
+    # Errors reach every rank's console (MMEngine shows only errors on ranks other than 0).
+    print_log(message, logger='current', level=logging.ERROR if is_error else logging.WARNING)
 
 
 def _building_runner():

@@ -1,3 +1,4 @@
+from .stall_phase_hook import StallPhaseHook
 from .unused_params_hook import UnusedParamsHook
 
-__all__ = ['UnusedParamsHook']
+__all__ = ['UnusedParamsHook', 'StallPhaseHook']

@@ -1,0 +1,278 @@
+"""The thread that turns a hang into a named error on every rank.
+
+While training runs, the watchdog wakes every ``tick`` seconds and compares one integer
+(:attr:`RankPosition.moves`) with the value it saw last: no store I/O, no collective, nothing
+on the training thread. Only when its rank has not moved for ``timeout`` seconds does it use
+the c10d store the run already has (under the key prefix ``mmdet3d_ddp_guard/stall/``):
+
+1. it publishes this rank's snapshot, and reads the other ranks' for up to ``answer_wait``
+   seconds (a rank that has not published by then is named as not answering);
+2. it judges them (:func:`diagnose`). Legitimate waiting is logged once per stall and the
+   run goes on; when it moves again the snapshot is withdrawn;
+3. positions that cannot meet end the run: the first rank to judge so publishes its
+   diagnosis, every rank logs that same text, runs the exit callbacks (the hook's files),
+   writes torchrun's error file, waits up to ``answer_wait`` for the other ranks to have read
+   the verdict (rank 0's process may host the store), and exits with code 1: the training
+   thread, blocked in C++, cannot be raised into.
+
+A rank whose training step raises publishes its error at once and waits, at most
+``timeout + answer_wait``, for the others to answer, so that each of them names it; then
+the error goes on up as usual.
+"""
+import itertools
+import json
+import os
+import sys
+import threading
+import time
+import weakref
+from typing import Callable, Dict, List, Optional
+
+import torch.distributed as dist
+
+from .rank_position import RankPosition
+from .stall_diagnosis import diagnose
+
+KEY_PREFIX = 'mmdet3d_ddp_guard/stall/'
+EXIT_CODE = 1
+_MOVING = json.dumps(dict(moving=True))
+
+
+def default_answer_wait(timeout: float) -> float:
+    """Long enough for every stalled rank to publish, short against the stall timeout."""
+    return min(30.0, max(2.0, timeout / 2))
+
+
+class StallWatchdog:
+    """Watches one rank's position; see the module's docstring.
+
+    Args:
+        position (RankPosition): This rank's position, updated by the training thread.
+        timeout (float): Seconds without movement before the rank publishes its position.
+        log (callable): ``log(message, is_error)``; the adapter's logger.
+        process_group: The group whose ranks are compared (default: the world).
+        answer_wait (float): Seconds to wait for the other ranks' answers.
+    """
+
+    def __init__(self, position: RankPosition, timeout: float,
+                 log: Callable[[str, bool], None], process_group=None,
+                 answer_wait: Optional[float] = None):
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ValueError(f'stall_timeout must be a positive number of seconds or None '
+                             f'(off), not {timeout!r}; e.g. stall_timeout=180.')
+        self.position = position
+        self.timeout = float(timeout)
+        self.answer_wait = default_answer_wait(self.timeout) if answer_wait is None \
+            else answer_wait
+        self.tick = min(1.0, self.timeout / 10)
+        self.rank = dist.get_rank(process_group)
+        self.world_size = dist.get_world_size(process_group)
+        # Global ranks address the store: every group's members share the default store.
+        self._global_ranks = _global_ranks(process_group, self.world_size)
+        self._store = None  # the default group's, prefixed; opened at the first stall
+        self._log = log
+        self._exit_callbacks: List[Callable[[], None]] = []
+        #: Store operations so far (the budget tests read it: none while nothing stalls).
+        self.store_operations = 0
+        # Ranks build their wrappers in the same order: the n-th one shares its keys.
+        self._prefix = f'{next(_WATCHDOGS_BUILT)}/'
+        self._published = False
+        self._logged: Optional[str] = None
+        self._stopped = False
+        self._last_moves = position.moves
+        self._still_since = time.monotonic()
+
+    def start(self) -> None:
+        # The thread holds the watchdog weakly: it ends when the wrapper is collected.
+        threading.Thread(target=_watch, args=(weakref.ref(self), self.tick), daemon=True,
+                         name='mmdet3d_ddp_guard-stall-watchdog').start()
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def add_exit_callback(self, callback: Callable[[], None]) -> None:
+        """``callback()`` runs on this thread before a stall ends the run (flush files)."""
+        self._exit_callbacks.append(callback)
+
+    # -- the thread ---------------------------------------------------------------------
+
+    def look(self) -> None:
+        """One tick: an integer compared while the rank moves; the store once it stalls."""
+        moves = self.position.moves
+        if moves != self._last_moves:
+            self._last_moves, self._still_since = moves, time.monotonic()
+            if self._published:
+                self._withdraw()
+            return
+        if time.monotonic() - self._still_since >= self.timeout:
+            try:
+                self._judge_stall()
+            except Exception as error:  # noqa: B902 - a broken store must not kill training
+                self._log(f'GuardedDDP stall guard: cannot compare positions through the '
+                          f'store ({type(error).__name__}: {error}); it looks again after '
+                          f'another {self.timeout:g} s without movement.', True)
+                self._still_since = time.monotonic()
+
+    def _judge_stall(self) -> None:
+        self._publish()
+        verdict = self._read('verdict')
+        if verdict is not None:
+            self._end_run(verdict.decode())
+        positions = self._positions(deadline=time.monotonic() + self.answer_wait)
+        diagnosis = diagnose(positions, self.position.module_types, self.timeout)
+        if diagnosis.stop:
+            self._end_run(self._agree_on(diagnosis.text))
+        if diagnosis.text != self._logged:
+            self._log(diagnosis.text, False)
+            self._logged = diagnosis.text
+
+    # -- a rank that raised ---------------------------------------------------------------
+
+    def report_exception(self, error: BaseException) -> None:
+        """From the training thread, before ``error`` goes on up: publishes it and waits
+        (bounded) until the other ranks have answered, so that each names this rank."""
+        self.position.raised(error)
+        try:
+            self._publish()
+            positions = self._positions(
+                deadline=time.monotonic() + self.timeout + self.answer_wait)
+            if all(p is not None and p['error'] is not None for p in positions.values()):
+                return  # every rank raised: each shows its own error; nothing waits
+            diagnosis = diagnose(positions, self.position.module_types, self.timeout)
+            self._log(self._agree_on(diagnosis.text), True)
+            self._wait_until_read()
+        except Exception as store_error:  # noqa: B902 - the user's error comes first
+            self._log(f'GuardedDDP stall guard: could not tell the other ranks of this '
+                      f"rank's error ({type(store_error).__name__}: {store_error}).", True)
+
+    # -- the store --------------------------------------------------------------------------
+
+    def _key_store(self):
+        if self._store is None:
+            self._store = dist.PrefixStore(KEY_PREFIX + self._prefix, _default_store())
+        return self._store
+
+    def _set(self, key: str, value: str) -> None:
+        self.store_operations += 1
+        self._key_store().set(key, value)
+
+    def _read(self, key: str) -> Optional[bytes]:
+        self.store_operations += 1
+        store = self._key_store()
+        if not store.check([key]):
+            return None
+        self.store_operations += 1
+        return store.get(key)
+
+    def _publish(self) -> None:
+        snapshot = self.position.snapshot()
+        self._set(f'position/{self._global_ranks[self.rank]}', json.dumps(snapshot))
+        self._published = True
+
+    def _withdraw(self) -> None:
+        self._set(f'position/{self._global_ranks[self.rank]}', _MOVING)
+        self._published = False
+        self._logged = None
+
+    def _positions(self, deadline: float) -> Dict[int, Optional[dict]]:
+        """Every rank's snapshot (this rank's fresh), None for ranks that have not answered
+        by ``deadline``."""
+        positions: Dict[int, Optional[dict]] = {self.rank: self.position.snapshot()}
+        while True:
+            for rank in range(self.world_size):
+                if positions.get(rank) is None:
+                    raw = self._read(f'position/{self._global_ranks[rank]}')
+                    answer = json.loads(raw) if raw is not None else None
+                    positions[rank] = None if answer is None or answer.get('moving') \
+                        else answer
+            if all(p is not None for p in positions.values()) or time.monotonic() > deadline:
+                return positions
+            time.sleep(self.tick / 4)
+
+    def _agree_on(self, text: str) -> str:
+        """The first rank's verdict, so that every rank logs the same words."""
+        self.store_operations += 1
+        if self._key_store().add('verdict_claims', 1) == 1:
+            self._set('verdict', text)
+            return text
+        deadline = time.monotonic() + self.answer_wait
+        while time.monotonic() < deadline:
+            verdict = self._read('verdict')
+            if verdict is not None:
+                return verdict.decode()
+            time.sleep(self.tick / 4)
+        return text
+
+    def _wait_until_read(self) -> None:
+        """Counts this rank out and waits (bounded) for every rank to have done so."""
+        self.store_operations += 1
+        ended = self._key_store().add('ended', 1)
+        deadline = time.monotonic() + self.answer_wait
+        while ended < self.world_size and time.monotonic() < deadline:
+            time.sleep(self.tick / 4)
+            self.store_operations += 1
+            ended = self._key_store().add('ended', 0)
+
+    def _end_run(self, text: str) -> None:
+        self._log(text, True)
+        for callback in self._exit_callbacks:
+            try:
+                callback()
+            except Exception as error:  # noqa: B902 - the exit must happen
+                self._log(f'GuardedDDP stall guard: an exit callback failed: '
+                          f'{type(error).__name__}: {error}', True)
+        _write_torchelastic_error_file(text)
+        try:
+            self._wait_until_read()
+        except Exception:  # noqa: B902 - the store's host may be gone already
+            pass
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_CODE)
+
+
+_WATCHDOGS_BUILT = itertools.count()
+
+
+def _watch(watchdog_ref, tick: float) -> None:
+    while True:
+        time.sleep(tick)
+        watchdog = watchdog_ref()
+        if watchdog is None or watchdog._stopped:
+            return
+        watchdog.look()
+        del watchdog
+
+
+def _global_ranks(process_group, world_size: int) -> List[int]:
+    if process_group is None or process_group is dist.group.WORLD:
+        return list(range(world_size))
+    # Public from torch 2.0; the private name before.
+    to_global = getattr(dist.distributed_c10d, 'get_global_rank', None) \
+        or dist.distributed_c10d._get_global_rank
+    return [to_global(process_group, rank) for rank in range(world_size)]
+
+
+def _default_store():
+    """The store of the default process group (private: torch has no public accessor)."""
+    getter = getattr(dist.distributed_c10d, '_get_default_store', None)
+    if getter is None:
+        raise RuntimeError('this torch has no distributed_c10d._get_default_store')
+    return getter()
+
+
+def _write_torchelastic_error_file(text: str) -> None:
+    """torchrun shows this file's message in its ChildFailedError summary instead of
+    '<N/A>' (what it reads from a worker that exited without a Python traceback)."""
+    path = os.environ.get('TORCHELASTIC_ERROR_FILE')
+    if not path or os.path.exists(path):
+        return
+    message = dict(message=text, extraInfo=dict(
+        py_callstack='(the stall guard ended this rank: see the message)',
+        timestamp=str(int(time.time()))))
+    try:
+        with open(path, 'w') as file:
+            json.dump(dict(message=message), file)
+    except OSError:
+        pass
+
