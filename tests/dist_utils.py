@@ -19,7 +19,10 @@ import io
 import os
 import queue as queue_module
 import sys
+import tempfile
+import time
 import traceback
+from dataclasses import dataclass
 from typing import Any, Callable, List
 
 import torch
@@ -114,3 +117,79 @@ def run_distributed(fn: Callable, *args, world_size: int = 2, timeout: float = 2
         raise DistributedRunError('\n'.join(f'--- rank {rank} ---\n{text}'
                                             for rank, text in errors.items()))
     return [torch.load(io.BytesIO(results[rank]), **TRUSTED_LOAD) for rank in range(world_size)]
+
+
+@dataclass
+class RankExit:
+    """How one rank of :func:`run_until_exit` ended."""
+    exitcode: int
+    output: str
+    ended_at: float  # time.time() when the parent saw the process gone
+
+
+def _exiting_worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple,
+                    kwargs: dict, output_path: str, environment: dict) -> None:
+    # The rank's stdout and stderr, C++ included, go to its file: a rank that the stall
+    # guard ends leaves through os._exit, with no result to send.
+    with open(output_path, 'wb', buffering=0) as output:
+        os.dup2(output.fileno(), 1)
+        os.dup2(output.fileno(), 2)
+    os.environ.clear()
+    os.environ.update(environment)
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
+                      LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
+    dist.init_process_group('gloo', rank=rank, world_size=world_size)
+    try:
+        fn(rank, world_size, *args, **kwargs)
+    except BaseException:  # noqa: B902 - the traceback is what the test reads
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def run_until_exit(fn: Callable, *args, world_size: int = 2, timeout: float = 120,
+                   **kwargs) -> List[RankExit]:
+    """``fn(rank, world_size, *args, **kwargs)`` on every rank, for runs that may end by a
+    rank's own exit (the stall guard's): every rank's exit code, output and end time.
+
+    Raises DistributedRunError with the ranks' output when they did not all end within
+    ``timeout`` seconds (written for a quiet machine and scaled to this one).
+    """
+    timeout = scaled(timeout)
+    context = mp.get_context('forkserver')
+    context.set_forkserver_preload(
+        PRELOADED + (PRELOADED_WITH_MMDET3D if 'mmdet3d' in sys.modules else []))
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        paths = [os.path.join(folder, f'rank{rank}.txt') for rank in range(world_size)]
+        processes = [context.Process(target=_exiting_worker,
+                                     args=(rank, world_size, port, fn, args, kwargs,
+                                           paths[rank], dict(os.environ)))
+                     for rank in range(world_size)]
+        for process in processes:
+            process.start()
+        ended_at = [None] * world_size
+        deadline = time.monotonic() + timeout
+        while None in ended_at and time.monotonic() < deadline:
+            for rank, process in enumerate(processes):
+                if ended_at[rank] is None and process.exitcode is not None:
+                    ended_at[rank] = time.time()
+            time.sleep(0.05)
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+            process.join()
+        outputs = []
+        for path in paths:
+            with open(path, errors='replace') as output:
+                outputs.append(output.read())
+    if None in ended_at:
+        raise DistributedRunError(
+            f'not all of {world_size} ranks ended within {timeout} s; ended: '
+            f'{[rank for rank, end in enumerate(ended_at) if end is not None]}\n'
+            + '\n'.join(f'--- rank {rank} ---\n{text[-3000:]}'
+                        for rank, text in enumerate(outputs)))
+    return [RankExit(process.exitcode, output, end)
+            for process, output, end in zip(processes, outputs, ended_at)]

@@ -1,0 +1,61 @@
+"""What the stall-guard tests run on each rank: a small detector whose forward holds a
+collective in a branch, a loss term reduced on some ranks only, or a rank that raises; and a
+healthy Runner with a slow rank."""
+import time
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.model import BaseModel
+from mmengine.optim import OptimWrapper
+
+from mmdet3d_ddp_guard import GuardedDDP
+
+HANG_MARK = 'THE HANG STARTS AT'
+#: pattern -> what the ranks that take the branch do in the hanging iteration
+PATTERNS = {
+    'sync_bn_branch': "run a refiner whose norm is mmdet3d's NaiveSyncBatchNorm1d",
+    'loss_all_reduce': 'all-reduce the number of positives for the loss (as when a class '
+                       'has boxes)',
+    'raises': 'raise in the forward (the others wait in the gradient all-reduce)',
+}
+
+
+class CollectiveBranchToy(BaseModel):
+    """A stem, a refiner with mmdet3d's NaiveSyncBatchNorm1d in a branch, a head."""
+
+    def __init__(self, pattern: str):
+        super().__init__()
+        from mmdet3d.models.layers.norm import NaiveSyncBatchNorm1d
+        self.pattern = pattern
+        self.stem = nn.Linear(8, 16)
+        self.refiner = nn.Sequential(nn.Linear(16, 16), NaiveSyncBatchNorm1d(16))
+        self.head = nn.Linear(16, 1)
+
+    def forward(self, inputs, take_branch, mode='loss'):
+        x = F.relu(self.stem(inputs))
+        positives = torch.ones(())
+        if take_branch and self.pattern == 'raises':
+            raise ValueError('this rank cannot read its batch')
+        if take_branch and self.pattern == 'loss_all_reduce':
+            dist.all_reduce(positives)
+        if take_branch or self.pattern != 'sync_bn_branch':
+            x = x + self.refiner(x)
+        return dict(loss_box=self.head(x).pow(2).mean() / positives)
+
+
+def train_into_a_hang(rank: int, world_size: int, pattern: str, branch_ranks: Sequence[int],
+                      stall_timeout: float, steps: int = 4, hang_iteration: int = 1) -> None:
+    """Trains under GuardedDDP; in ``hang_iteration`` only ``branch_ranks`` take the
+    branch of ``pattern`` (every rank takes it before, for the SyncBN pattern)."""
+    torch.manual_seed(0)
+    ddp = GuardedDDP(CollectiveBranchToy(pattern), stall_timeout=stall_timeout)
+    optim_wrapper = OptimWrapper(torch.optim.SGD(ddp.parameters(), lr=0.01))
+    for iteration in range(steps):
+        hangs = iteration == hang_iteration
+        if hangs:
+            print(f'{HANG_MARK} {time.time()}', flush=True)
+        take_branch = rank in branch_ranks if hangs else pattern == 'sync_bn_branch'
+        ddp.train_step(dict(inputs=torch.randn(4, 8), take_branch=take_branch), optim_wrapper)

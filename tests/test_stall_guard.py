@@ -1,0 +1,81 @@
+"""The stall guard on real gloo ranks: a hang ends on every rank within the stall timeout
+plus a small bound, each rank naming where every rank is and why; a slow rank does not."""
+import re
+
+import pytest
+
+from tests.dist_utils import run_until_exit
+from tests.timeouts import scaled
+
+pytest.importorskip('mmdet3d')
+from tests.stall_scenarios import HANG_MARK, train_into_a_hang  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+STALL_TIMEOUT = 3.0
+# Past the timeout: the other ranks' answers (half the timeout, at least 2 s), the wait for
+# every rank to have read the verdict (as long), and the watchdog's ticks; doubled.
+BOUND = 2 * (2 * 2.0 + 1.0)
+
+
+def _diagnosis(output: str) -> str:
+    """The stall guard's message, without the logger's prefix."""
+    start = output.index('GuardedDDP stall guard: no rank has moved')
+    end = output.index('Every rank ends the run now.', start)
+    return output[start:end]
+
+
+def _hang(pattern, world_size, branch_ranks):
+    ranks = run_until_exit(train_into_a_hang, pattern, branch_ranks, STALL_TIMEOUT,
+                           world_size=world_size, timeout=120)
+    hang_starts = max(float(re.search(rf'{HANG_MARK} ([0-9.]+)', rank.output).group(1))
+                      for rank in ranks)
+    seconds = [rank.ended_at - hang_starts for rank in ranks]
+    print(f'{pattern}, {world_size} ranks: from the hang to the exit of each rank: '
+          + ', '.join(f'{s:.1f} s' for s in seconds))
+    assert [rank.exitcode for rank in ranks] == [1] * world_size, [r.output[-2000:]
+                                                                   for r in ranks]
+    assert max(seconds) < STALL_TIMEOUT + scaled(BOUND), seconds
+    diagnoses = [_diagnosis(rank.output) for rank in ranks]
+    assert all(diagnosis == diagnoses[0] for diagnosis in diagnoses), diagnoses
+    return diagnoses[0], ranks
+
+
+@pytest.mark.parametrize('world_size,branch_ranks,words', [
+    (2, [1], 'in iteration 1 rank 1 ran refiner.1 (NaiveSyncBatchNorm1d)\'s collective '
+             'once, rank 0 did not: a collective in a branch that depends on the batch.'),
+    (4, [1], 'in iteration 1 rank 1 ran refiner.1 (NaiveSyncBatchNorm1d)\'s collective '
+             'once, ranks 0, 2 and 3 did not: a collective in a branch that depends on the '
+             'batch.'),
+])
+def test_sync_bn_in_a_branch_some_ranks_skip(world_size, branch_ranks, words):
+    diagnosis, _ = _hang('sync_bn_branch', world_size, branch_ranks)
+    assert words in diagnosis
+    assert "rank 1: in refiner.1 (NaiveSyncBatchNorm1d)'s collective, call 1 of " \
+        'iteration 1' in diagnosis
+    assert "rank 0: in DDP's gradient all-reduce (iteration 1, settling)" in diagnosis
+    assert "norm_cfg=dict(type='BN')" in diagnosis and 'check CONFIG --world-size N' \
+        in diagnosis
+
+
+@pytest.mark.parametrize('world_size,branch_ranks', [(2, [1]), (4, [0, 2, 3])])
+def test_a_loss_term_reduced_on_some_ranks_only(world_size, branch_ranks):
+    diagnosis, _ = _hang('loss_all_reduce', world_size, branch_ranks)
+    reducing = branch_ranks[0]
+    assert f'rank {reducing}: in all_reduce called from tests/stall_scenarios.py:' \
+        in diagnosis
+    assert 'in forward (iteration 1, forward)' in diagnosis
+    assert 'they wait in different collectives' in diagnosis
+    assert "refiner.1 (NaiveSyncBatchNorm1d)'s collective, call 1 of iteration 1" \
+        in diagnosis
+
+
+@pytest.mark.parametrize('world_size', [2, 4])
+def test_a_rank_that_raises_while_the_others_wait(world_size):
+    diagnosis, ranks = _hang('raises', world_size, [1])
+    assert 'rank 1: raised ValueError: this rank cannot read its batch (iteration 1, ' \
+        'forward)' in diagnosis
+    assert 'rank 1 raised while the other ranks wait for it.' in diagnosis
+    assert "rank 0: in refiner.1 (NaiveSyncBatchNorm1d)'s collective" in diagnosis
+    # The rank that raised ends with its own traceback, after the others have read it.
+    assert 'Traceback' in ranks[1].output and 'ValueError' in ranks[1].output
