@@ -8,8 +8,10 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from mmengine.hooks import Hook
 from mmengine.model import BaseModel
 from mmengine.optim import OptimWrapper
+from mmengine.registry import HOOKS
 
 from mmdet3d_ddp_guard import GuardedDDP
 
@@ -59,3 +61,41 @@ def train_into_a_hang(rank: int, world_size: int, pattern: str, branch_ranks: Se
             print(f'{HANG_MARK} {time.time()}', flush=True)
         take_branch = rank in branch_ranks if hangs else pattern == 'sync_bn_branch'
         ddp.train_step(dict(inputs=torch.randn(4, 8), take_branch=take_branch), optim_wrapper)
+
+
+@HOOKS.register_module()
+class SlowRankHook(Hook):
+    """Makes one rank slow outside collectives: a data stall (before an iteration) or a
+    slow checkpoint save (rank 0, as MMEngine saves on rank 0 alone)."""
+
+    priority = 'LOWEST'
+
+    def __init__(self, seconds: float, data_stall_rank: int, data_stall_iter: int):
+        self.seconds = seconds
+        self.data_stall_rank = data_stall_rank
+        self.data_stall_iter = data_stall_iter
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        if runner.iter == self.data_stall_iter and runner.rank == self.data_stall_rank:
+            time.sleep(self.seconds)
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        if runner.rank == 0:
+            time.sleep(self.seconds)
+
+
+def train_with_a_slow_rank(rank: int, world_size: int, work_dir: str,
+                           stall_timeout: float) -> None:
+    """A healthy toy detector through a real Runner; rank 1 stalls in its data at iteration
+    1 and rank 0 saves the checkpoint after iteration 3 slowly, each for 2.5 stall
+    timeouts. StallPhaseHook is listed first, so the slow save is in its 'checkpoint'."""
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+
+    from tests.scenarios import toy_runner_cfg
+    slow = dict(type='SlowRankHook', seconds=2.5 * stall_timeout, data_stall_rank=1,
+                data_stall_iter=1)
+    cfg = toy_runner_cfg(work_dir, 'none', dict(type='GuardedDDP', stall_timeout=stall_timeout),
+                         max_iters=5, checkpoint_interval=3)
+    cfg['custom_hooks'] += [dict(type='StallPhaseHook'), slow]
+    Runner.from_cfg(Config(cfg)).train()

@@ -8,7 +8,7 @@ from tests.dist_utils import run_until_exit
 from tests.timeouts import scaled
 
 pytest.importorskip('mmdet3d')
-from tests.stall_scenarios import HANG_MARK, train_into_a_hang  # noqa: E402
+from tests.stall_scenarios import HANG_MARK, train_into_a_hang, train_with_a_slow_rank  # noqa: E402,E501
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -79,3 +79,19 @@ def test_a_rank_that_raises_while_the_others_wait(world_size):
     assert "rank 0: in refiner.1 (NaiveSyncBatchNorm1d)'s collective" in diagnosis
     # The rank that raised ends with its own traceback, after the others have read it.
     assert 'Traceback' in ranks[1].output and 'ValueError' in ranks[1].output
+
+
+def test_a_rank_slow_outside_collectives_is_not_a_hang(tmp_path):
+    """Rank 1's data and rank 0's checkpoint each take 2.5 stall timeouts: the guard says
+    once who waits for whom, and the run trains to its end."""
+    ranks = run_until_exit(train_with_a_slow_rank, str(tmp_path), STALL_TIMEOUT, timeout=150)
+    assert [rank.exitcode for rank in ranks] == [0, 0], [r.output[-3000:] for r in ranks]
+    out = ranks[0].output
+    assert 'Iter(train) [5/5]' in out and 'Every rank ends the run' not in out
+    assert 'rank 0 waits for rank 1, busy outside collectives: a slow phase, not a hang; ' \
+        'the run goes on.' in out
+    assert 'rank 1: busy outside collectives (data for iteration 1)' in out
+    assert 'rank 1 waits for rank 0, busy outside collectives' in out
+    assert 'rank 0: busy outside collectives (iteration 2, checkpoint)' in out
+    verdicts = re.findall(r'(rank \d waits for rank \d, busy outside collectives)', out)
+    assert sorted(verdicts) == sorted(set(verdicts)), verdicts  # each logged once

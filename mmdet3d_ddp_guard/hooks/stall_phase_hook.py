@@ -11,11 +11,11 @@ class StallPhaseHook(Hook):
     0's checkpoint, a slow data loader or a long validation is seen as waiting for a busy
     rank, not as hung. GuardedDDP adds it to its Runner at the first training step when the
     config does not list it; there is nothing to configure. It runs after every other hook
-    of each point (priority ``VERY_LOWEST``), so that what the other hooks do counts as the
+    of each point (priority ``LOWEST``), so that what the other hooks do counts as the
     phase before. Its cost is an attribute write per call.
     """
 
-    priority = 'VERY_LOWEST'
+    priority = 'LOWEST'
 
     @staticmethod
     def _position(runner):

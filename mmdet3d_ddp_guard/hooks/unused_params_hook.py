@@ -115,6 +115,9 @@ class UnusedParamsHook(Hook):
         model = runner.model
         if isinstance(model, GuardedDDP):
             self.record = model.usage_record
+            if model.stall_watchdog is not None:
+                # A stall that ends the run leaves through os._exit: no after_train.
+                model.stall_watchdog.add_exit_callback(lambda: self._write_summary(runner))
         else:
             module = model.module if is_model_wrapper(model) else model
             self.record = ParamUsageRecord(module)

@@ -114,7 +114,7 @@ class RankPosition:
                     phase=self.phase,
                     inside=inside, inside_call=self.calls.get(inside) if inside else None,
                     finished=finished, error=self.error, call=self._collective_on_stack(),
-                    seq=self._sequence_number(), pid=os.getpid())
+                    seq=self._sequence_number(), moves=self.moves, pid=os.getpid())
 
     def _sequence_number(self) -> Optional[int]:
         group = self._process_group or dist.group.WORLD
@@ -124,22 +124,27 @@ class RankPosition:
             return None
 
     def _collective_on_stack(self) -> Optional[Dict[str, str]]:
-        """The torch.distributed call the training thread is in, and who called it."""
-        frame = sys._current_frames().get(self._thread_id) if self._thread_id else None
+        """The torch.distributed call the training thread is in, and the code outside
+        torch that called it."""
+        frame = sys._current_frames().get(self._thread_id)
         if frame is None:
             return None
         stack = traceback.extract_stack(frame)
-        for depth in range(len(stack) - 1, -1, -1):
-            if not stack[depth].filename.startswith(_COLLECTIVE_FILES):
-                break
-        else:
+        inner = 0
+        while inner < len(stack) and stack[-1 - inner].filename.startswith(_COLLECTIVE_FILES):
+            inner += 1
+        if inner == 0:
             return None
-        if depth == len(stack) - 1:
-            return None
-        inner = [entry for entry in stack[depth + 1:] if entry.name not in _WRAPPER_FUNCTIONS]
-        caller = stack[depth]
-        return dict(op=(inner or stack[depth + 1:])[0].name,
-                    where=f'{_short_path(caller.filename)}:{caller.lineno} in {caller.name}')
+        calls = [entry for entry in stack[len(stack) - inner:]
+                 if entry.name not in _WRAPPER_FUNCTIONS] or stack[len(stack) - inner:]
+        innermost = calls[-1]
+        op = (f"DDP's {innermost.name}" if innermost.filename.startswith(_COLLECTIVE_FILES[1])
+              else innermost.name)
+        callers = [entry for entry in stack[:len(stack) - inner]
+                   if not entry.filename.startswith(_TORCH_DIR + os.sep)]
+        where = (f'{_short_path(callers[-1].filename)}:{callers[-1].lineno} in '
+                 f'{callers[-1].name}' if callers else 'torch')
+        return dict(op=op, where=where)
 
     def remove_hooks(self) -> None:
         for handle in self._handles:

@@ -38,6 +38,10 @@ def ranks_text(ranks: Sequence[int]) -> str:
     return f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
 
 
+def _waits(ranks: Sequence[int]) -> str:
+    return f'{ranks_text(ranks)} {"waits" if len(ranks) == 1 else "wait"}'
+
+
 def _times(count: int) -> str:
     return {1: 'once', 2: 'twice'}.get(count, f'{count} times')
 
@@ -71,7 +75,9 @@ class _Ranks:
         position = self.positions[rank]
         if position is None:
             return NOT_ANSWERING
-        where = f"iteration {position['iteration']}, {position['phase']}"
+        where = (f"data for iteration {position['iteration'] + 1}"
+                 if position['phase'] == 'data' else
+                 f"iteration {position['iteration']}, {position['phase']}")
         if position['error'] is not None:
             return f"raised {position['error']} ({where})"
         if position['inside']:
@@ -173,11 +179,12 @@ def diagnose(positions: Dict[int, Optional[dict]], module_types: Dict[str, str],
                            'Every rank ends the run now.']
         return Diagnosis(True, _indented(lines))
     if waiting and busy:
-        lines.append(f'{ranks_text(sorted(waiting))} wait for {ranks_text(busy)}, busy '
-                     'outside collectives: a slow phase, not a hang; the run goes on.')
+        lines.append(f'{_waits(sorted(waiting))} for {ranks_text(busy)}, busy outside '
+                     'collectives: a slow phase, not a hang; the run goes on.')
     elif waiting and silent:
-        lines.append(f'{ranks_text(sorted(waiting))} wait for {ranks_text(silent)}, which '
-                     'has not answered; the run goes on, and the guard looks again.')
+        lines.append(f'{_waits(sorted(waiting))} for {ranks_text(silent)}, which '
+                     f'{"has" if len(silent) == 1 else "have"} not answered; the run goes '
+                     'on, and the guard looks again.')
     elif waiting:
         lines.append('Every rank waits in the same collective: slow, not a hang; the run '
                      'goes on.')

@@ -89,6 +89,11 @@ class StallWatchdog:
 
     def stop(self) -> None:
         self._stopped = True
+        if self._published:
+            try:
+                self._withdraw()  # the thread may not tick again before it sees the stop
+            except Exception:  # noqa: B902 - the run is over; the store may be gone
+                pass
 
     def add_exit_callback(self, callback: Callable[[], None]) -> None:
         """``callback()`` runs on this thread before a stall ends the run (flush files)."""
@@ -121,6 +126,13 @@ class StallWatchdog:
         positions = self._positions(deadline=time.monotonic() + self.answer_wait)
         diagnosis = diagnose(positions, self.position.module_types, self.timeout)
         if diagnosis.stop:
+            # A rank that moved withdraws its snapshot within a tick: read again after two,
+            # so that no run ends on a stale position.
+            time.sleep(2 * self.tick)
+            confirmed = self._positions(deadline=time.monotonic() + self.answer_wait)
+            if self.position.moves != self._last_moves or any(
+                    _moves(positions[rank]) != _moves(confirmed[rank]) for rank in positions):
+                return
             self._end_run(self._agree_on(diagnosis.text))
         if diagnosis.text != self._logged:
             self._log(diagnosis.text, False)
@@ -232,6 +244,10 @@ class StallWatchdog:
 
 
 _WATCHDOGS_BUILT = itertools.count()
+
+
+def _moves(snapshot: Optional[dict]) -> Optional[int]:
+    return None if snapshot is None else snapshot['moves']
 
 
 def _watch(watchdog_ref, tick: float) -> None:
