@@ -1,9 +1,12 @@
 """The stall guard on real gloo ranks: a hang ends on every rank within the stall timeout
 plus a small bound, each rank naming where every rank is and why; a slow rank does not."""
+import os.path as osp
 import re
 
 import pytest
 
+from mmdet3d_ddp_guard.cli.demo import REPO_CONFIGS
+from mmdet3d_ddp_guard.launch import torchrun_train
 from tests.dist_utils import run_until_exit
 from tests.timeouts import scaled
 
@@ -11,6 +14,8 @@ pytest.importorskip('mmdet3d')
 from tests.stall_scenarios import HANG_MARK, train_into_a_hang, train_with_a_slow_rank  # noqa: E402,E501
 
 pytestmark = pytest.mark.timeout(300)
+
+GATED_REFINER_CONFIG = osp.join(REPO_CONFIGS, 'toy', 'toy_gated_refiner_pedestrian.py')
 
 STALL_TIMEOUT = 3.0
 # Past the timeout: the other ranks' answers (half the timeout, at least 2 s), the wait for
@@ -95,3 +100,26 @@ def test_a_rank_slow_outside_collectives_is_not_a_hang(tmp_path):
     assert 'rank 0: busy outside collectives (iteration 2, checkpoint)' in out
     verdicts = re.findall(r'(rank \d waits for rank \d, busy outside collectives)', out)
     assert sorted(verdicts) == sorted(set(verdicts)), verdicts  # each logged once
+
+
+def test_tools_train_py_under_torchrun_ends_a_sync_bn_hang(tmp_path):
+    """mmdet3d's tools/train.py, 4 gloo ranks, on configs/toy/toy_gated_refiner_pedestrian.py
+    with mmdet3d's naiveSyncBN1d in the refiner: rank 0's batches never hold a pedestrian
+    (what `check --world-size 4` predicts). Every rank names the layer and the iteration in
+    torchrun's failure summary, and the hook's summary files are written."""
+    stall_timeout = 5
+    run = torchrun_train(GATED_REFINER_CONFIG, str(tmp_path), nproc=4, timeout=scaled(150),
+                         cfg_options=['model.refiner_norm_cfg.type=mmdet3d.naiveSyncBN1d',
+                                      f'model_wrapper_cfg.stall_timeout={stall_timeout}'])
+    print(f'tools/train.py, 4 ranks: torchrun ended after {run.seconds:.1f} s')
+    assert run.returncode != 0 and not run.timed_out, run.output[-3000:]
+    summary = run.output[run.output.index('ChildFailedError'):]
+    entries = re.split(r'\n\[\d\]:\n', summary)[1:]
+    assert sorted(re.search(r'rank +: (\d)', entry).group(1) for entry in entries) == \
+        ['0', '1', '2', '3']
+    for entry in entries:
+        assert 'traceback : GuardedDDP stall guard: no rank has moved for 5 s.' in entry
+        assert "in iteration 0 ranks 1, 2 and 3 ran refiner.1 (NaiveSyncBatchNorm1d)'s " \
+            'collective once, rank 0 did not' in entry
+    assert 'Connection closed' not in run.output
+    assert (tmp_path / 'unused_params_summary.json').is_file()

@@ -79,6 +79,7 @@ class StallWatchdog:
         self._published = False
         self._logged: Optional[str] = None
         self._stopped = False
+        self._ending = False
         self._last_moves = position.moves
         self._still_since = time.monotonic()
 
@@ -143,6 +144,11 @@ class StallWatchdog:
     def report_exception(self, error: BaseException) -> None:
         """From the training thread, before ``error`` goes on up: publishes it and waits
         (bounded) until the other ranks have answered, so that each names this rank."""
+        if self._ending:
+            # The other ranks' exits broke this rank's collective; the watchdog is about
+            # to end this process with the diagnosis: no second story on top of it.
+            time.sleep(2 * self.answer_wait + 1.0)
+            return
         self.position.raised(error)
         try:
             self._publish()
@@ -226,6 +232,7 @@ class StallWatchdog:
             ended = self._key_store().add('ended', 0)
 
     def _end_run(self, text: str) -> None:
+        self._ending = True
         self._log(text, True)
         for callback in self._exit_callbacks:
             try:
@@ -278,14 +285,14 @@ def _default_store():
 
 
 def _write_torchelastic_error_file(text: str) -> None:
-    """torchrun shows this file's message in its ChildFailedError summary instead of
-    '<N/A>' (what it reads from a worker that exited without a Python traceback)."""
+    """torchrun shows this file in its ChildFailedError summary instead of '<N/A>' (what
+    it shows for a worker that exited without a Python traceback)."""
     path = os.environ.get('TORCHELASTIC_ERROR_FILE')
     if not path or os.path.exists(path):
         return
-    message = dict(message=text, extraInfo=dict(
-        py_callstack='(the stall guard ended this rank: see the message)',
-        timestamp=str(int(time.time()))))
+    # torchrun prints the call stack, not the message, in its summary.
+    message = dict(message=text, extraInfo=dict(py_callstack=text,
+                                                 timestamp=str(int(time.time()))))
     try:
         with open(path, 'w') as file:
             json.dump(dict(message=message), file)
