@@ -20,7 +20,8 @@ from .decision_policy import (COMPLETE, STATIC_GRAPH, STRICT, Decision, Decision
                               resolve_request)
 from .errors import static_graph_changed_error, unused_parameters_error
 from .forward_collectives import forward_collectives_warning
-from .stall_guard import DEFAULT_STALL_TIMEOUT, RankPosition, StallWatchdog
+from .stall_guard import (DEFAULT_STALL_TIMEOUT, RankPosition, StallWatchdog,
+                          check_stall_timeout)
 from .unused_counts_comm_hook import UnusedCountsState, allreduce_with_unused_counts
 from .usage_record import IterationUsage, ParamUsageRecord
 from .versions import graph_search_accumulates_right
@@ -126,6 +127,7 @@ class GuardedDDP(MMDistributedDataParallel):
         if not isinstance(static_graph, bool):
             raise TypeError(f'GuardedDDP: static_graph must be True or False, not '
                             f'{static_graph!r}.')
+        check_stall_timeout(stall_timeout)
         runner = _building_runner()
         config_value = (runner.cfg['find_unused_parameters']
                         if runner is not None and 'find_unused_parameters' in runner.cfg

@@ -1,7 +1,8 @@
 """Training scenarios run inside the spawned ranks of the multi-process tests."""
 import contextlib
 import gc
-from typing import Dict, List
+import threading
+from typing import Dict, List, Tuple
 
 import torch
 import torch.distributed as dist
@@ -277,22 +278,31 @@ def _group_with_collective_counter():
 
 
 def collectives_beyond_ddp_buckets(rank: int, world_size: int, pattern: str,
-                                   steps: int = 6) -> List[int]:
-    """Per iteration (after DDP's bucket rebuild in iterations 0 and 1), how many
+                                   steps: int = 6) -> List[Tuple[int, int, int]]:
+    """Per iteration (after DDP's bucket rebuild in iterations 0 and 1): how many
     collectives GuardedDDP('auto') issued on the process group beyond DDP's own bucket
-    all-reduces, read from the group's own sequence number (gloo counts every collective).
-    """
+    all-reduces, read from the group's own sequence number (gloo counts every collective);
+    how many keys the default c10d store gained; and how many store operations the stall
+    watchdog made (its thread running, with the default stall timeout)."""
     group = _group_with_collective_counter()
+    store = dist.distributed_c10d._get_default_store()
     torch.manual_seed(0)
     ddp = GuardedDDP(ToyDetector(pattern, depth=3), bucket_cap_mb=1e-4)
+    if not any(thread.name == 'mmdet3d_ddp_guard-stall-watchdog'
+               for thread in threading.enumerate()):
+        raise RuntimeError('the stall watchdog is not running')
     optim_wrapper = build_optim_wrapper(ddp, 'sgd')
     extra = []
     for iteration in range(steps):
         before = group._get_sequence_number_for_group()
+        keys_before = store.num_keys()
+        store_operations = ddp.stall_watchdog.store_operations
         ddp.train_step(make_toy_batch(iteration, rank), optim_wrapper)
         if iteration >= 2:
             buckets = len(ddp._get_ddp_logging_data()['rebuilt_bucket_sizes'].split(','))
-            extra.append(group._get_sequence_number_for_group() - before - buckets)
+            extra.append((group._get_sequence_number_for_group() - before - buckets,
+                          store.num_keys() - keys_before,
+                          ddp.stall_watchdog.store_operations - store_operations))
     return extra
 
 

@@ -6,10 +6,10 @@ Framework-free (torch and the standard library): the MMEngine adapter
 """
 from .rank_position import PHASES, RankPosition
 from .stall_diagnosis import Diagnosis, diagnose
-from .stall_watchdog import KEY_PREFIX, StallWatchdog
+from .stall_watchdog import KEY_PREFIX, StallWatchdog, check_stall_timeout
 
 #: Seconds without movement before a rank publishes its position (GuardedDDP's default).
 DEFAULT_STALL_TIMEOUT = 180.0
 
 __all__ = ['PHASES', 'RankPosition', 'Diagnosis', 'diagnose', 'StallWatchdog', 'KEY_PREFIX',
-           'DEFAULT_STALL_TIMEOUT']
+           'DEFAULT_STALL_TIMEOUT', 'check_stall_timeout']

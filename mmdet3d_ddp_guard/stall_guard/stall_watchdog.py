@@ -38,6 +38,15 @@ EXIT_CODE = 1
 _MOVING = json.dumps(dict(moving=True))
 
 
+def check_stall_timeout(timeout) -> None:
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f'GuardedDDP: stall_timeout must be a positive number of seconds, '
+                         f'or None to turn the stall guard off, not {timeout!r}; e.g. '
+                         "model_wrapper_cfg = dict(type='GuardedDDP', stall_timeout=600).")
+
+
 def default_answer_wait(timeout: float) -> float:
     """Long enough for every stalled rank to publish, short against the stall timeout."""
     return min(30.0, max(2.0, timeout / 2))
@@ -57,9 +66,7 @@ class StallWatchdog:
     def __init__(self, position: RankPosition, timeout: float,
                  log: Callable[[str, bool], None], process_group=None,
                  answer_wait: Optional[float] = None):
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ValueError(f'stall_timeout must be a positive number of seconds or None '
-                             f'(off), not {timeout!r}; e.g. stall_timeout=180.')
+        check_stall_timeout(timeout)
         self.position = position
         self.timeout = float(timeout)
         self.answer_wait = default_answer_wait(self.timeout) if answer_wait is None \
