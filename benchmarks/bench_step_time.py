@@ -19,6 +19,10 @@ train) and DDP's graph search (``find_unused_parameters=True``). The models:
   parameters (pattern 'none') and with a branch whose use differs between ranks in every
   iteration plus a dead layer (pattern 'rank_dependent').
 
+GuardedDDP runs with its stall guard on (``guarded_auto``, the default: a watchdog thread
+that wakes once a second) and, on the models without unused parameters, off
+(``guarded_auto_stall_off``, ``stall_timeout=None``).
+
 Peak memory: CUDA's max_memory_allocated per block; on the CPU the process's peak RSS
 (VmHWM, reset before each block through /proc/self/clear_refs).
 """
@@ -38,6 +42,8 @@ from mmdet3d_ddp_guard.examples import ToyDetector, make_toy_batch
 from mmdet3d_ddp_guard.examples.bev_net import BEVConvNet, make_bev_batch
 
 PLAIN, SEARCH, GUARDED = 'ddp_find_unused_false', 'ddp_find_unused_true', 'guarded_auto'
+#: GuardedDDP('auto') with its stall guard off: the stall guard's own cost is the difference.
+GUARDED_NO_STALL_GUARD = 'guarded_auto_stall_off'
 
 
 def comparisons(args):
@@ -46,13 +52,13 @@ def comparisons(args):
                layers_per_stage=args.layers_per_stage)
     found = {
         'bev_no_unused': (lambda: BEVConvNet(skip_task='never', **bev),
-                          [PLAIN, GUARDED, SEARCH]),
+                          [PLAIN, GUARDED, GUARDED_NO_STALL_GUARD, SEARCH]),
         'bev_rank_divergent': (lambda: BEVConvNet(skip_task='rank', **bev), [SEARCH, GUARDED]),
     }
     for depth in args.chain_depths:
         found[f'chain{depth}_no_unused'] = (
             lambda depth=depth: ToyDetector('none', width=args.chain_width, depth=depth),
-            [PLAIN, GUARDED, SEARCH])
+            [PLAIN, GUARDED, GUARDED_NO_STALL_GUARD, SEARCH])
         found[f'chain{depth}_rank_divergent'] = (
             lambda depth=depth: ToyDetector('rank_dependent', width=args.chain_width,
                                             depth=depth),
@@ -65,7 +71,9 @@ def build(wrapper: str, make_model, device):
     model = make_model().to(device)
     device_ids = [device.index] if device.type == 'cuda' else None
     if wrapper == GUARDED:
-        ddp = GuardedDDP(model, device_ids=device_ids)
+        ddp = GuardedDDP(model, device_ids=device_ids)  # the stall guard on, its default
+    elif wrapper == GUARDED_NO_STALL_GUARD:
+        ddp = GuardedDDP(model, device_ids=device_ids, stall_timeout=None)
     else:
         ddp = MMDistributedDataParallel(model, device_ids=device_ids,
                                         find_unused_parameters=wrapper == SEARCH)

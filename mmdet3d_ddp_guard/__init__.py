@@ -25,7 +25,7 @@ from .cpu_launch import CPUCompatibleMMDDP, allow_cpu_init_dist
 from .decision_policy import Decision
 from .errors import StaticGraphChangedError, UnusedParametersError
 from .guarded_ddp import GuardedDDP
-from .hooks import UnusedParamsHook
+from .hooks import StallPhaseHook, UnusedParamsHook
 from .usage_record import IterationUsage, ParamUsageRecord
 from .version import __version__
 
@@ -34,6 +34,7 @@ config_scope.install()
 allow_mmengine_checkpoint_globals()
 
 __all__ = [
-    'GuardedDDP', 'UnusedParamsHook', 'CPUCompatibleMMDDP', 'Decision', 'ParamUsageRecord',
+    'GuardedDDP', 'UnusedParamsHook', 'StallPhaseHook', 'CPUCompatibleMMDDP', 'Decision',
+    'ParamUsageRecord',
     'IterationUsage', 'UnusedParametersError', 'StaticGraphChangedError', '__version__'
 ]

@@ -104,6 +104,33 @@ class GuardedDDP(MMDistributedDataParallel):
     changes class; :attr:`decision` holds the current :class:`Decision` and
     :attr:`usage_record` the per-iteration record that :class:`UnusedParamsHook` reads too.
 
+    **The stall guard: hangs that no flag fixes.** A collective that runs on some ranks and
+    not on others in the same iteration hangs every rank whatever DDP's options: a SyncBN
+    (torch's, mmcv's, mmdet3d's ``NaiveSyncBatchNorm``) in a branch that depends on the
+    batch, a loss term all-reduced only when a class has boxes, a rank that raised while the
+    others wait. Plain DDP waits for the process group's timeout (10 to 30 minutes), then
+    NCCL's watchdog names a sequence number. Here every rank keeps its position in memory
+    (iteration; phase: data, forward, backward, settling, optimizer step, hooks, validation,
+    checkpoint; the SyncBN-type layers it entered and left), and a watchdog thread compares
+    one integer once a second. Only when its rank has not moved for ``stall_timeout``
+    seconds does it publish the position to the run's c10d store and read the other ranks'.
+    Positions that cannot meet (a rank inside a layer's collective while another waits in
+    DDP's gradient all-reduce; a layer run a different number of times on different ranks
+    in one iteration; different collectives; a rank that raised) end the run: every rank
+    logs the same diagnosis (which rank is where, the layer and the iteration, the cause in
+    words, the fix), the hook's files are written, and every rank exits with code 1, a few
+    seconds after ``stall_timeout`` when every rank answers (measured: 1 s after a 3 s
+    timeout), at most 1.5 minutes after it when one does not; torchrun's
+    ``ChildFailedError`` summary shows the diagnosis. Waiting for a rank busy outside collectives (rank 0 saving a checkpoint, a
+    slow data loader, a long validation), or every rank in the same collective, is logged
+    once and the run goes on. Cost while nothing stalls: a few attribute writes per phase
+    and per SyncBN call, and a thread that wakes once a second; no store I/O, no collective
+    (``tests/test_collective_budget.py``). On NCCL, where a collective returns to the host
+    before it completes, the host waits later, at its next synchronisation: the guard still
+    sees the SyncBN-type layers' calls per iteration, so a SyncBN skipped on some ranks is
+    named; other collectives show only as the ranks' positions (and the process group's
+    sequence numbers, in the diagnosis).
+
     **CPU.** A module on the CPU gets no ``device_ids`` (``Runner.wrap_model`` passes them to
     every DDP subclass, and DDP refuses them for CPU modules).
 
@@ -114,6 +141,13 @@ class GuardedDDP(MMDistributedDataParallel):
         static_graph (bool): DDP's static graph. Defaults to False.
         detect_anomalous_params (bool): MMEngine's Python graph walk that logs unreached
             parameters every iteration; slow, for debugging only. Defaults to False.
+        stall_timeout (float | None): Seconds a rank may stay in one place before its
+            watchdog compares positions with the other ranks; None turns the stall guard
+            off (no thread). Only a hang ends the run, so a slow phase costs one log line:
+            the timeout sets how soon a hang is named, and how long a legitimately slow
+            phase (your longest checkpoint save, validation or data stall) runs before
+            that line. Keep it well below the process group's timeout (MMEngine's default
+            is 30 minutes), so that the guard speaks first. Defaults to 180.
         **kwargs: Passed on to :class:`torch.nn.parallel.DistributedDataParallel`.
     """
 
