@@ -25,15 +25,27 @@ PATTERNS = {
 }
 
 
+try:
+    from mmdet3d.models.layers.norm import NaiveSyncBatchNorm1d
+except ImportError:  # the version matrix's venvs have no mmdet3d
+    NaiveSyncBatchNorm1d = None
+#: Where the ranks that did not take the branch wait, in the diagnosis's words.
+OTHERS_WAIT_IN = ("refiner.1 (NaiveSyncBatchNorm1d)'s collective, call 1 of iteration 1"
+                  if NaiveSyncBatchNorm1d else "DDP's gradient all-reduce (iteration 1")
+
+
 class CollectiveBranchToy(BaseModel):
-    """A stem, a refiner with mmdet3d's NaiveSyncBatchNorm1d in a branch, a head."""
+    """A stem, a refiner with mmdet3d's NaiveSyncBatchNorm1d (a plain BatchNorm1d where
+    mmdet3d is missing) in a branch, a head."""
 
     def __init__(self, pattern: str):
         super().__init__()
-        from mmdet3d.models.layers.norm import NaiveSyncBatchNorm1d
+        if pattern == 'sync_bn_branch' and NaiveSyncBatchNorm1d is None:
+            raise RuntimeError("the pattern 'sync_bn_branch' needs mmdet3d")
+        norm = NaiveSyncBatchNorm1d or nn.BatchNorm1d
         self.pattern = pattern
         self.stem = nn.Linear(8, 16)
-        self.refiner = nn.Sequential(nn.Linear(16, 16), NaiveSyncBatchNorm1d(16))
+        self.refiner = nn.Sequential(nn.Linear(16, 16), norm(16))
         self.head = nn.Linear(16, 1)
 
     def forward(self, inputs, take_branch, mode='loss'):

@@ -38,7 +38,10 @@ TESTS=(
   tests/test_torch_versions.py tests/test_installed_package.py tests/test_usage_record.py
   tests/test_guarded_ddp_training.py tests/test_guarded_ddp_options.py
   tests/test_collective_budget.py tests/test_unused_params_hook.py
-  tests/test_outcome_words.py tests/test_cpu_launch.py
+  tests/test_outcome_words.py tests/test_cpu_launch.py tests/test_stall_diagnosis.py
+  'tests/test_stall_guard.py::test_a_loss_term_reduced_on_some_ranks_only[2_ranks]'
+  'tests/test_stall_guard.py::test_a_rank_that_raises_while_the_others_wait[2_ranks]'
+  tests/test_stall_guard.py::test_a_rank_slow_outside_collectives_is_not_a_hang
 )
 
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
@@ -169,7 +172,7 @@ for leg in "${LEGS[@]}"; do
   fi
   make_leg_venv "$name" "$python_version" "$stack" "$fix"
   if [[ " $stack " == *" vermin=="* ]] && ! check_python38 "$name"; then failed+=("vermin"); fi
-  say "$name: ${#TESTS[@]} test files"
+  say "$name: ${#TESTS[@]} test files and tests"
   # From a copy of the tests only, so that `import mmdet3d_ddp_guard` finds the installed
   # package, not the checkout.
   workdir=$(mktemp -d)

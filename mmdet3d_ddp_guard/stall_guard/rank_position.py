@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import traceback
+import weakref
 from typing import Dict, List, Optional, Tuple
 
 import torch.distributed as dist
@@ -28,6 +29,10 @@ _COLLECTIVE_FILES = (os.path.join(_TORCH_DIR, 'distributed') + os.sep,
                      os.path.join(_TORCH_DIR, 'nn', 'parallel', 'distributed.py'))
 # c10d's wrappers around every collective (logging, exception tracing), not the collective.
 _WRAPPER_FUNCTIONS = ('wrapper', '_exception_logger', 'inner', 'log_time')
+
+
+# The position of the wrapper that stepped last in this process: the training thread is its.
+_stepping: Optional['weakref.ref'] = None
 
 
 class RankPosition:
@@ -51,6 +56,7 @@ class RankPosition:
         self.module_types: Dict[str, str] = {}
         self._process_group = process_group
         self._thread_id = threading.get_ident()  # the training thread builds the wrapper
+        self._self_ref = weakref.ref(self)
         self._handles: List = []
 
     def follow_forward_collectives(self, model: nn.Module) -> None:
@@ -75,6 +81,8 @@ class RankPosition:
         self.moves += 1
 
     def start_forward(self, iteration: int) -> None:
+        global _stepping
+        _stepping = self._self_ref
         if self.forward_done:
             self.finished = (self.iteration, self.calls)
         self.iteration = iteration
@@ -89,6 +97,11 @@ class RankPosition:
             self.forward_done = True
         self.phase = phase
         self.moves += 1
+
+    def is_current(self) -> bool:
+        """Whether the training thread works for this position: no other wrapper of this
+        process has stepped since this one did (a benchmark or a test holds several)."""
+        return _stepping is None or _stepping is self._self_ref
 
     def move(self) -> None:
         """Progress inside a phase (a validation iteration)."""

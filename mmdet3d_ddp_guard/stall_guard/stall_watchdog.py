@@ -112,7 +112,7 @@ class StallWatchdog:
     def look(self) -> None:
         """One tick: an integer compared while the rank moves; the store once it stalls."""
         moves = self.position.moves
-        if moves != self._last_moves:
+        if moves != self._last_moves or not self.position.is_current():
             self._last_moves, self._still_since = moves, time.monotonic()
             if self._published:
                 self._withdraw()
@@ -139,7 +139,7 @@ class StallWatchdog:
             time.sleep(2 * self.tick)
             confirmed = self._positions(deadline=time.monotonic() + self.answer_wait)
             if self.position.moves != self._last_moves or any(
-                    _moves(positions[rank]) != _moves(confirmed[rank]) for rank in positions):
+                    _place(positions[rank]) != _place(confirmed[rank]) for rank in positions):
                 return
             self._end_run(self._agree_on(diagnosis.text))
         if diagnosis.text != self._logged:
@@ -178,13 +178,17 @@ class StallWatchdog:
         return self._store
 
     def _set(self, key: str, value: str) -> None:
-        self.store_operations += 1
-        self._key_store().set(key, value)
+        store = self._key_store()
+        store.set(key, value)
+        # Readers ask this counter first: Store.check is torch >= 1.10, and a timed-out
+        # wait leaves torch 1.9's TCPStore client broken ("Socket Timeout" at the next call).
+        store.add(f'{key}.written', 1)
+        self.store_operations += 2
 
     def _read(self, key: str) -> Optional[bytes]:
-        self.store_operations += 1
         store = self._key_store()
-        if not store.check([key]):
+        self.store_operations += 1
+        if store.add(f'{key}.written', 0) == 0:
             return None
         self.store_operations += 1
         return store.get(key)
@@ -260,8 +264,13 @@ class StallWatchdog:
 _WATCHDOGS_BUILT = itertools.count()
 
 
-def _moves(snapshot: Optional[dict]) -> Optional[int]:
-    return None if snapshot is None else snapshot['moves']
+def _place(snapshot: Optional[dict]) -> Optional[tuple]:
+    """What must not change between two readings of a stalled rank (its stack included:
+    a thread that computes inside torch.distributed code shows a different line)."""
+    if snapshot is None:
+        return None
+    return (snapshot['moves'], snapshot['phase'], snapshot['inside'],
+            json.dumps(snapshot['call']))
 
 
 def _watch(watchdog_ref, tick: float) -> None:
