@@ -121,15 +121,15 @@ class GuardedDDP(MMDistributedDataParallel):
     words, the fix), the hook's files are written, and every rank exits with code 1, a few
     seconds after ``stall_timeout`` when every rank answers (measured: 1 s after a 3 s
     timeout), at most 1.5 minutes after it when one does not; torchrun's
-    ``ChildFailedError`` summary shows the diagnosis. Waiting for a rank busy outside collectives (rank 0 saving a checkpoint, a
-    slow data loader, a long validation), or every rank in the same collective, is logged
-    once and the run goes on. Cost while nothing stalls: a few attribute writes per phase
-    and per SyncBN call, and a thread that wakes once a second; no store I/O, no collective
-    (``tests/test_collective_budget.py``). On NCCL, where a collective returns to the host
-    before it completes, the host waits later, at its next synchronisation: the guard still
-    sees the SyncBN-type layers' calls per iteration, so a SyncBN skipped on some ranks is
-    named; other collectives show only as the ranks' positions (and the process group's
-    sequence numbers, in the diagnosis).
+    ``ChildFailedError`` summary shows the diagnosis. Waiting for a rank busy outside
+    collectives (rank 0 saving a checkpoint, a slow data loader, a long validation), or
+    every rank in the same collective, is logged once and the run goes on. Cost while
+    nothing stalls: a few attribute writes per phase and per SyncBN call, and a thread that
+    wakes once a second; no store I/O, no collective (``tests/test_collective_budget.py``).
+    On NCCL, where a collective returns to the host before it completes, the host waits
+    later, at its next synchronisation: the guard still sees the SyncBN-type layers' calls
+    per iteration, so a SyncBN skipped on some ranks is named; other collectives show only
+    as the ranks' positions (and the process group's sequence numbers, in the diagnosis).
 
     **CPU.** A module on the CPU gets no ``device_ids`` (``Runner.wrap_model`` passes them to
     every DDP subclass, and DDP refuses them for CPU modules).

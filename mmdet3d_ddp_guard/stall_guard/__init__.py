@@ -4,12 +4,12 @@ Framework-free (torch and the standard library): the MMEngine adapter
 (:class:`~mmdet3d_ddp_guard.GuardedDDP` and
 :class:`~mmdet3d_ddp_guard.hooks.StallPhaseHook`) only moves the position and logs.
 """
-from .rank_position import PHASES, RankPosition
+from .rank_position import RankPosition
 from .stall_diagnosis import Diagnosis, diagnose
 from .stall_watchdog import KEY_PREFIX, StallWatchdog, check_stall_timeout
 
 #: Seconds without movement before a rank publishes its position (GuardedDDP's default).
 DEFAULT_STALL_TIMEOUT = 180.0
 
-__all__ = ['PHASES', 'RankPosition', 'Diagnosis', 'diagnose', 'StallWatchdog', 'KEY_PREFIX',
+__all__ = ['RankPosition', 'Diagnosis', 'diagnose', 'StallWatchdog', 'KEY_PREFIX',
            'DEFAULT_STALL_TIMEOUT', 'check_stall_timeout']

@@ -11,16 +11,13 @@ import sys
 import threading
 import traceback
 import weakref
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch.distributed as dist
 import torch.nn as nn
 
 from ..forward_collectives import forward_collective_modules
 
-#: Phases of an iteration, in the order they come, and what else a rank can be doing.
-PHASES = ('starting', 'data', 'forward', 'backward', 'settling', 'optimizer step', 'hooks',
-          'validation', 'checkpoint')
 #: Phases whose wait is DDP's gradient all-reduce (a rank stalled there waits in it).
 GRADIENT_PHASES = ('backward', 'settling')
 
@@ -37,6 +34,11 @@ _stepping: Optional['weakref.ref'] = None
 
 class RankPosition:
     """This rank's iteration, phase and forward collectives, for the stall watchdog.
+
+    The phases: 'starting' (built, not stepped yet), 'data' (loading the next batch and the
+    hooks before an iteration), 'forward', 'backward', 'settling' (GuardedDDP's completion
+    of unused parameters), 'optimizer step', 'hooks' (the rest of the iteration),
+    'validation', 'checkpoint'.
 
     Args:
         process_group: The group whose collective sequence number goes into the snapshot
@@ -57,15 +59,14 @@ class RankPosition:
         self._process_group = process_group
         self._thread_id = threading.get_ident()  # the training thread builds the wrapper
         self._self_ref = weakref.ref(self)
-        self._handles: List = []
 
     def follow_forward_collectives(self, model: nn.Module) -> None:
         """Hooks the layers ``forward_collectives`` knows (SyncBN and the like) to note when
         the forward enters and leaves each one."""
         for name, module in forward_collective_modules(model):
             self.module_types[name] = type(module).__name__
-            self._handles.append(module.register_forward_pre_hook(self._entering(name)))
-            self._handles.append(module.register_forward_hook(self._leaving))
+            module.register_forward_pre_hook(self._entering(name))
+            module.register_forward_hook(self._leaving)
 
     def _entering(self, name: str):
         def enter(module, args):
@@ -158,11 +159,6 @@ class RankPosition:
         where = (f'{_short_path(callers[-1].filename)}:{callers[-1].lineno} in '
                  f'{callers[-1].name}' if callers else 'torch')
         return dict(op=op, where=where)
-
-    def remove_hooks(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
 
 
 def _short_path(path: str) -> str:
