@@ -89,19 +89,26 @@ def test_a_rank_that_raises_while_the_others_wait(world_size):
     assert 'Traceback' in ranks[1].output and 'ValueError' in ranks[1].output
 
 
-def test_a_rank_slow_outside_collectives_is_not_a_hang(tmp_path):
+@pytest.mark.parametrize('world_size,wait_for_data,wait_for_checkpoint', [
+    (2, 'rank 0 waits for rank 1', 'rank 1 waits for rank 0'),
+    (4, 'ranks 0, 2 and 3 wait for rank 1', 'ranks 1, 2 and 3 wait for rank 0'),
+], ids=['2_ranks', '4_ranks'])
+def test_a_rank_slow_outside_collectives_is_not_a_hang(tmp_path, world_size, wait_for_data,
+                                                       wait_for_checkpoint):
     """Rank 1's data and rank 0's checkpoint each take 2.5 stall timeouts: the guard says
     once who waits for whom, and the run trains to its end."""
-    ranks = run_until_exit(train_with_a_slow_rank, str(tmp_path), STALL_TIMEOUT, timeout=150)
-    assert [rank.exitcode for rank in ranks] == [0, 0], [r.output[-3000:] for r in ranks]
+    ranks = run_until_exit(train_with_a_slow_rank, str(tmp_path), STALL_TIMEOUT,
+                           world_size=world_size, timeout=150)
+    assert [rank.exitcode for rank in ranks] == [0] * world_size, \
+        [r.output[-3000:] for r in ranks]
     out = ranks[0].output
     assert 'Iter(train) [5/5]' in out and 'Every rank ends the run' not in out
-    assert 'rank 0 waits for rank 1, busy outside collectives: a slow phase, not a hang; ' \
-        'the run goes on.' in out
+    assert f'{wait_for_data}, busy outside collectives: a slow phase, not a hang; the run ' \
+        'goes on.' in out
     assert 'rank 1: busy outside collectives (data for iteration 1)' in out
-    assert 'rank 1 waits for rank 0, busy outside collectives' in out
+    assert f'{wait_for_checkpoint}, busy outside collectives' in out
     assert 'rank 0: busy outside collectives (iteration 2, checkpoint)' in out
-    verdicts = re.findall(r'(rank \d waits for rank \d, busy outside collectives)', out)
+    verdicts = re.findall(r'\n  ([^\n]*, busy outside collectives: a slow phase)', out)
     assert sorted(verdicts) == sorted(set(verdicts)), verdicts  # each logged once
 
 

@@ -41,7 +41,7 @@ TESTS=(
   tests/test_outcome_words.py tests/test_cpu_launch.py tests/test_stall_diagnosis.py
   'tests/test_stall_guard.py::test_a_loss_term_reduced_on_some_ranks_only[2_ranks]'
   'tests/test_stall_guard.py::test_a_rank_that_raises_while_the_others_wait[2_ranks]'
-  tests/test_stall_guard.py::test_a_rank_slow_outside_collectives_is_not_a_hang
+  'tests/test_stall_guard.py::test_a_rank_slow_outside_collectives_is_not_a_hang[2_ranks]'
 )
 
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
