@@ -303,6 +303,8 @@ def collectives_beyond_ddp_buckets(rank: int, world_size: int, pattern: str,
             extra.append((group._get_sequence_number_for_group() - before - buckets,
                           store.num_keys() - keys_before,
                           ddp.stall_watchdog.store_operations - store_operations))
+    # Rank 0's process hosts the store: it must not leave while another rank still reads.
+    dist.barrier()
     return extra
 
 

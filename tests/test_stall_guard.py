@@ -66,6 +66,10 @@ def test_sync_bn_in_a_branch_some_ranks_skip(world_size, branch_ranks, words):
         in diagnosis
 
 
+# Without mmdet3d's layer the other ranks go straight to DDP's gradient all-reduce, which
+# gloo pairs with the loss's all_reduce: the size mismatch aborts the reducing rank
+# ("op.preamble.length <= op.nbytes", SIGABRT; seen on torch 1.9.1 to 2.14.1), no hang.
+@needs_mmdet3d
 @pytest.mark.parametrize('world_size,branch_ranks', [(2, [1]), (4, [0, 2, 3])],
                          ids=['2_ranks', '4_ranks'])
 def test_a_loss_term_reduced_on_some_ranks_only(world_size, branch_ranks):

@@ -87,6 +87,7 @@ class RankPosition:
         if self.forward_done:
             self.finished = (self.iteration, self.calls)
         self.iteration = iteration
+        self.error = None  # an error that the training loop caught and went on after
         self.calls = {}
         self.forward_done = False
         self.inside = None

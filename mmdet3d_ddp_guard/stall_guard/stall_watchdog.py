@@ -87,6 +87,7 @@ class StallWatchdog:
         self._logged: Optional[str] = None
         self._stopped = False
         self._ending = False
+        self._reporting = False
         self._last_moves = position.moves
         self._still_since = time.monotonic()
 
@@ -112,6 +113,8 @@ class StallWatchdog:
     def look(self) -> None:
         """One tick: an integer compared while the rank moves; the store once it stalls."""
         moves = self.position.moves
+        if self._reporting:
+            return  # report_exception speaks for this rank; its error must reach the user
         if moves != self._last_moves or not self.position.is_current():
             self._last_moves, self._still_since = moves, time.monotonic()
             if self._published:
@@ -157,6 +160,7 @@ class StallWatchdog:
             time.sleep(2 * self.answer_wait + 1.0)
             return
         self.position.raised(error)
+        self._reporting = True
         try:
             self._publish()
             positions = self._positions(
@@ -169,6 +173,10 @@ class StallWatchdog:
         except Exception as store_error:  # noqa: B902 - the user's error comes first
             self._log(f'GuardedDDP stall guard: could not tell the other ranks of this '
                       f"rank's error ({type(store_error).__name__}: {store_error}).", True)
+        finally:
+            # The movement of raised() counts from now: the watchdog judges again only a
+            # whole timeout later, long after an uncaught error has ended the process.
+            self._reporting = False
 
     # -- the store --------------------------------------------------------------------------
 
