@@ -35,5 +35,6 @@ allow_mmengine_checkpoint_globals()
 
 __all__ = [
     'GuardedDDP', 'UnusedParamsHook', 'StallPhaseHook', 'CPUCompatibleMMDDP', 'Decision',
-    'ParamUsageRecord', 'IterationUsage', 'UnusedParametersError', 'StaticGraphChangedError', '__version__'
+    'ParamUsageRecord', 'IterationUsage', 'UnusedParametersError', 'StaticGraphChangedError',
+    '__version__'
 ]

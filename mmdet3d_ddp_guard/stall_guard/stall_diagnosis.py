@@ -14,6 +14,7 @@ that wait wait for a rank that is busy outside collectives (rank 0 saving a chec
 data loader, a long validation): then the diagnosis says who waits for whom and the run goes
 on.
 """
+import textwrap
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -42,6 +43,12 @@ def _waits(ranks: Sequence[int]) -> str:
     return f'{ranks_text(ranks)} {"waits" if len(ranks) == 1 else "wait"}'
 
 
+def _where(position: dict) -> str:
+    if position['phase'] == 'data':
+        return f"data for iteration {position['iteration'] + 1}"
+    return f"iteration {position['iteration']}, {position['phase']}"
+
+
 def _times(count: int) -> str:
     return {1: 'once', 2: 'twice'}.get(count, f'{count} times')
 
@@ -57,38 +64,35 @@ class _Ranks:
     def layer(self, name: str) -> str:
         return f'{name} ({self.module_types.get(name, "?")})'
 
-    def collective(self, position: dict) -> Optional[Tuple]:
-        """What identifies the collective the rank waits in; None outside collectives."""
+    def collective(self, position: dict) -> Optional[Tuple[Tuple, str]]:
+        """What identifies the collective the rank waits in, and its words; None for a rank
+        outside collectives or one that raised."""
         if position['error'] is not None:
             return None
+        iteration = position['iteration']
         if position['inside']:
-            return ('layer', position['iteration'], position['inside'],
-                    position['inside_call'])
+            return (('layer', iteration, position['inside'], position['inside_call']),
+                    f"{self.layer(position['inside'])}'s collective, call "
+                    f"{position['inside_call']} of iteration {iteration}")
         if position['call']:
-            return ('call', position['iteration'], position['call']['op'],
-                    position['call']['where'])
+            call = position['call']
+            return (('call', iteration, call['op'], call['where']),
+                    f"{call['op']} called from {call['where']} ({_where(position)})")
         if position['phase'] in GRADIENT_PHASES:
-            return ('gradients', position['iteration'])
+            return ('gradients', iteration), f"DDP's gradient all-reduce ({_where(position)})"
         return None
 
     def place(self, rank: int) -> str:
         position = self.positions[rank]
         if position is None:
             return NOT_ANSWERING
-        where = (f"data for iteration {position['iteration'] + 1}"
-                 if position['phase'] == 'data' else
-                 f"iteration {position['iteration']}, {position['phase']}")
         if position['error'] is not None:
-            return f"raised {position['error']} ({where})"
-        if position['inside']:
-            return (f"in {self.layer(position['inside'])}'s collective, call "
-                    f"{position['inside_call']} of iteration {position['iteration']}")
-        if position['call']:
-            call = position['call']
-            return f"in {call['op']} called from {call['where']} ({where})"
-        if position['phase'] in GRADIENT_PHASES:
-            return f"in DDP's gradient all-reduce ({where})"
-        return f'busy outside collectives ({where})'
+            return f"raised {position['error']} ({_where(position)})"
+        collective = self.collective(position)
+        if collective is not None:
+            _, words = collective
+            return f'in {words}'
+        return f'busy outside collectives ({_where(position)})'
 
     def where_each_rank_is(self) -> List[str]:
         lines = []
@@ -96,7 +100,7 @@ class _Ranks:
             position = self.positions[rank]
             seq = '' if position is None or position['seq'] is None else \
                 f" [collectives issued: {position['seq']}]"
-            lines.append(f'    rank {rank}: {self.place(rank)}{seq}')
+            lines.append(f'  rank {rank}: {self.place(rank)}{seq}')
         return lines
 
     def count_mismatch(self) -> Optional[str]:
@@ -147,8 +151,9 @@ def diagnose(positions: Dict[int, Optional[dict]], module_types: Dict[str, str],
     """
     ranks = _Ranks(positions, module_types)
     raised = sorted(rank for rank, p in ranks.answered.items() if p['error'] is not None)
-    waiting = {rank: ranks.collective(p) for rank, p in ranks.answered.items()
-               if ranks.collective(p) is not None}
+    collectives = {rank: ranks.collective(p) for rank, p in ranks.answered.items()}
+    waiting = {rank: collective for rank, collective in collectives.items()
+               if collective is not None}
     busy = sorted(rank for rank, p in ranks.answered.items()
                   if p['error'] is None and rank not in waiting)
     silent = sorted(rank for rank, p in positions.items() if p is None)
@@ -159,25 +164,25 @@ def diagnose(positions: Dict[int, Optional[dict]], module_types: Dict[str, str],
                       f'{"it" if len(raised) == 1 else "them"}.')
     if mismatch:
         causes.append(f'The ranks cannot meet: {mismatch}')
-    elif len(set(waiting.values())) > 1:
+    elif len({identity for identity, _ in waiting.values()}) > 1:
         groups: Dict[Tuple, List[int]] = {}
-        for rank, collective in sorted(waiting.items()):
-            groups.setdefault(collective, []).append(rank)
-        parts = [f'{ranks_text(members)} in {ranks.place(members[0])[3:]}'
-                 if ranks.place(members[0]).startswith('in ') else ranks_text(members)
-                 for members in groups.values()]
+        words: Dict[Tuple, str] = {}
+        for rank, (identity, text) in sorted(waiting.items()):
+            groups.setdefault(identity, []).append(rank)
+            words[identity] = text
+        parts = [f'{ranks_text(members)} in {words[identity]}'
+                 for identity, members in groups.items()]
         causes.append(f"The ranks cannot meet: they wait in different collectives "
                       f"({'; '.join(parts)}), which never pair up: a collective that runs "
                       'on some ranks only (in a branch that depends on the batch, or a loss '
                       'term reduced only when a class has boxes).')
-    header = (f'GuardedDDP stall guard: no rank has moved for {stalled_for:g} s.\n'
-              '  Where each rank is:')
-    lines = [header] + ranks.where_each_rank_is()
+    header = f'GuardedDDP stall guard: no rank has moved for {stalled_for:g} s.'
+    lines = ['Where each rank is:'] + ranks.where_each_rank_is()
     if causes:
         lines += causes + [FIX if mismatch or not raised else
                            'Fix: the error of the rank that raised, above in its log.',
                            'Every rank ends the run now.']
-        return Diagnosis(True, _indented(lines))
+        return Diagnosis(True, _indented(header, lines))
     if waiting and busy:
         lines.append(f'{_waits(sorted(waiting))} for {ranks_text(busy)}, busy outside '
                      'collectives: a slow phase, not a hang; the run goes on.')
@@ -191,11 +196,10 @@ def diagnose(positions: Dict[int, Optional[dict]], module_types: Dict[str, str],
     else:
         lines.append('No rank waits in a collective: a slow phase, not a hang; the run goes '
                      'on.')
-    return Diagnosis(False, _indented(lines))
+    return Diagnosis(False, _indented(header, lines))
 
 
-def _indented(lines: List[str]) -> str:
+def _indented(header: str, lines: List[str]) -> str:
     # Like every multi-line message of this package: log filters that keep a record's
     # indented lines keep all of it.
-    return '\n'.join(lines[:1] + [line if line.startswith('  ') else f'  {line}'
-                                   for line in lines[1:]])
+    return header + '\n' + textwrap.indent('\n'.join(lines), '  ')

@@ -60,17 +60,14 @@ class StallWatchdog:
         timeout (float): Seconds without movement before the rank publishes its position.
         log (callable): ``log(message, is_error)``; the adapter's logger.
         process_group: The group whose ranks are compared (default: the world).
-        answer_wait (float): Seconds to wait for the other ranks' answers.
     """
 
     def __init__(self, position: RankPosition, timeout: float,
-                 log: Callable[[str, bool], None], process_group=None,
-                 answer_wait: Optional[float] = None):
+                 log: Callable[[str, bool], None], process_group=None):
         check_stall_timeout(timeout)
         self.position = position
         self.timeout = float(timeout)
-        self.answer_wait = default_answer_wait(self.timeout) if answer_wait is None \
-            else answer_wait
+        self.answer_wait = default_answer_wait(self.timeout)
         self.tick = min(1.0, self.timeout / 10)
         self.rank = dist.get_rank(process_group)
         self.world_size = dist.get_world_size(process_group)
@@ -185,21 +182,22 @@ class StallWatchdog:
             self._store = dist.PrefixStore(KEY_PREFIX + self._prefix, _default_store())
         return self._store
 
+    def _add(self, key: str, amount: int) -> int:
+        self.store_operations += 1
+        return self._key_store().add(key, amount)
+
     def _set(self, key: str, value: str) -> None:
-        store = self._key_store()
-        store.set(key, value)
+        self.store_operations += 1
+        self._key_store().set(key, value)
         # Readers ask this counter first: Store.check is torch >= 1.10, and a timed-out
         # wait leaves torch 1.9's TCPStore client broken ("Socket Timeout" at the next call).
-        store.add(f'{key}.written', 1)
-        self.store_operations += 2
+        self._add(f'{key}.written', 1)
 
     def _read(self, key: str) -> Optional[bytes]:
-        store = self._key_store()
-        self.store_operations += 1
-        if store.add(f'{key}.written', 0) == 0:
+        if self._add(f'{key}.written', 0) == 0:
             return None
         self.store_operations += 1
-        return store.get(key)
+        return self._key_store().get(key)
 
     def _publish(self) -> None:
         snapshot = self.position.snapshot()
@@ -228,8 +226,7 @@ class StallWatchdog:
 
     def _agree_on(self, text: str) -> str:
         """The first rank's verdict, so that every rank logs the same words."""
-        self.store_operations += 1
-        if self._key_store().add('verdict_claims', 1) == 1:
+        if self._add('verdict_claims', 1) == 1:
             self._set('verdict', text)
             return text
         deadline = time.monotonic() + self.answer_wait
@@ -242,13 +239,11 @@ class StallWatchdog:
 
     def _wait_until_read(self) -> None:
         """Counts this rank out and waits (bounded) for every rank to have done so."""
-        self.store_operations += 1
-        ended = self._key_store().add('ended', 1)
+        ended = self._add('ended', 1)
         deadline = time.monotonic() + self.answer_wait
         while ended < self.world_size and time.monotonic() < deadline:
             time.sleep(self.tick / 4)
-            self.store_operations += 1
-            ended = self._key_store().add('ended', 0)
+            ended = self._add('ended', 0)
 
     def _end_run(self, text: str) -> None:
         self._ending = True
@@ -301,11 +296,9 @@ def _global_ranks(process_group, world_size: int) -> List[int]:
 
 
 def _default_store():
-    """The store of the default process group (private: torch has no public accessor)."""
-    getter = getattr(dist.distributed_c10d, '_get_default_store', None)
-    if getter is None:
-        raise RuntimeError('this torch has no distributed_c10d._get_default_store')
-    return getter()
+    """The store of the default process group: private, as torch has no public accessor,
+    and present on every torch the import accepts (1.9.1 to 2.14.1 run the stall tests)."""
+    return dist.distributed_c10d._get_default_store()
 
 
 def _write_torchelastic_error_file(text: str) -> None:
