@@ -42,8 +42,8 @@ PRELOADED = ['torch', 'torch.distributed', 'torch.nn.parallel', 'mmengine.runner
 PRELOADED_WITH_MMDET3D = ['mmdet3d.models', 'mmdet3d.datasets']
 
 
-def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kwargs: dict,
-            queue, environment: dict) -> None:
+def _join_group(rank: int, world_size: int, port: int, environment: dict,
+                backend: str) -> None:
     os.environ.clear()
     os.environ.update(environment)
     # Ranks beyond the GPU count share GPUs; MMEngine's logger indexes the visible GPUs
@@ -52,9 +52,21 @@ def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kw
     local_rank = rank % gpus if gpus else rank
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
                       LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size))
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
+
+
+def _forkserver():
+    context = mp.get_context('forkserver')
+    context.set_forkserver_preload(
+        PRELOADED + (PRELOADED_WITH_MMDET3D if 'mmdet3d' in sys.modules else []))
+    return context
+
+
+def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kwargs: dict,
+            queue, environment: dict) -> None:
     try:
-        backend = os.environ.get('DDP_GUARD_TEST_BACKEND', 'gloo')
-        dist.init_process_group(backend, rank=rank, world_size=world_size)
+        _join_group(rank, world_size, port, environment,
+                    environment.get('DDP_GUARD_TEST_BACKEND', 'gloo'))
         result = fn(rank, world_size, *args, **kwargs)
         # Bytes, not tensors: tensors travel through shared memory that dies with us.
         buffer = io.BytesIO()
@@ -87,9 +99,7 @@ def run_distributed(fn: Callable, *args, world_size: int = 2, timeout: float = 2
     """
     timeout = scaled(timeout)
     world_size = int(os.environ.get('DDP_GUARD_TEST_WORLD_SIZE', world_size))
-    context = mp.get_context('forkserver')
-    context.set_forkserver_preload(
-        PRELOADED + (PRELOADED_WITH_MMDET3D if 'mmdet3d' in sys.modules else []))
+    context = _forkserver()
     queue = context.Queue()
     port = free_port()
     processes = [context.Process(target=_worker, args=(rank, world_size, port, fn, args, kwargs,
@@ -134,11 +144,8 @@ def _exiting_worker(rank: int, world_size: int, port: int, fn: Callable, args: t
     with open(output_path, 'wb', buffering=0) as output:
         os.dup2(output.fileno(), 1)
         os.dup2(output.fileno(), 2)
-    os.environ.clear()
-    os.environ.update(environment)
-    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
-                      LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
-    dist.init_process_group('gloo', rank=rank, world_size=world_size)
+    # gloo: a collective there blocks the host until it completes, as the guard expects.
+    _join_group(rank, world_size, port, environment, 'gloo')
     try:
         fn(rank, world_size, *args, **kwargs)
     except BaseException:  # noqa: B902 - the traceback is what the test reads
@@ -158,9 +165,7 @@ def run_until_exit(fn: Callable, *args, world_size: int = 2, timeout: float = 12
     ``timeout`` seconds (written for a quiet machine and scaled to this one).
     """
     timeout = scaled(timeout)
-    context = mp.get_context('forkserver')
-    context.set_forkserver_preload(
-        PRELOADED + (PRELOADED_WITH_MMDET3D if 'mmdet3d' in sys.modules else []))
+    context = _forkserver()
     port = free_port()
     with tempfile.TemporaryDirectory() as folder:
         paths = [os.path.join(folder, f'rank{rank}.txt') for rank in range(world_size)]

@@ -16,13 +16,6 @@ from mmengine.registry import HOOKS
 from mmdet3d_ddp_guard import GuardedDDP
 
 HANG_MARK = 'THE HANG STARTS AT'
-#: pattern -> what the ranks that take the branch do in the hanging iteration
-PATTERNS = {
-    'sync_bn_branch': "run a refiner whose norm is mmdet3d's NaiveSyncBatchNorm1d",
-    'loss_all_reduce': 'all-reduce the number of positives for the loss (as when a class '
-                       'has boxes)',
-    'raises': 'raise in the forward (the others wait in the gradient all-reduce)',
-}
 
 
 try:
@@ -36,7 +29,10 @@ OTHERS_WAIT_IN = ("refiner.1 (NaiveSyncBatchNorm1d)'s collective, call 1 of iter
 
 class CollectiveBranchToy(BaseModel):
     """A stem, a refiner with mmdet3d's NaiveSyncBatchNorm1d (a plain BatchNorm1d where
-    mmdet3d is missing) in a branch, a head."""
+    mmdet3d is missing) in a branch, a head. What the ranks that take the branch do, by
+    ``pattern``: 'sync_bn_branch', run the refiner (the others skip it); 'loss_all_reduce',
+    all-reduce the number of positives for the loss, as when a class has boxes;
+    'raises', raise in the forward (the others wait in the refiner's collective)."""
 
     def __init__(self, pattern: str):
         super().__init__()
