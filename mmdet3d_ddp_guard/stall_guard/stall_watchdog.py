@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set
 
 import torch.distributed as dist
 
@@ -81,7 +81,9 @@ class StallWatchdog:
         # Ranks build their wrappers in the same order: the n-th one shares its keys.
         self._prefix = f'{next(_WATCHDOGS_BUILT)}/'
         self._published = False
-        self._logged: Optional[str] = None
+        # What this stall has logged already: another rank that moves and stalls again
+        # while this one stays still must not make it repeat itself.
+        self._logged: Set[str] = set()
         self._stopped = False
         self._ending = False
         self._reporting = False
@@ -142,9 +144,9 @@ class StallWatchdog:
                     _place(positions[rank]) != _place(confirmed[rank]) for rank in positions):
                 return
             self._end_run(self._agree_on(diagnosis.text))
-        if diagnosis.text != self._logged:
+        if diagnosis.text not in self._logged:
             self._log(diagnosis.text, False)
-            self._logged = diagnosis.text
+            self._logged.add(diagnosis.text)
 
     # -- a rank that raised ---------------------------------------------------------------
 
@@ -207,7 +209,7 @@ class StallWatchdog:
     def _withdraw(self) -> None:
         self._set(f'position/{self._global_ranks[self.rank]}', _MOVING)
         self._published = False
-        self._logged = None
+        self._logged.clear()
 
     def _positions(self, deadline: float) -> Dict[int, Optional[dict]]:
         """Every rank's snapshot (this rank's fresh), None for ranks that have not answered
