@@ -14,7 +14,7 @@ import statistics
 import tempfile
 
 from mmdet3d_ddp_guard.cli.make_tiny_data import DEFAULT_ROOT, make_tiny_data
-from mmdet3d_ddp_guard.launch import torchrun_train
+from mmdet3d_ddp_guard.cli.launch import torchrun_train
 
 CONFIGS = {
     'CenterPoint + gated layer (nuScenes)':

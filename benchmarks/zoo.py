@@ -233,7 +233,7 @@ _SUMMARY = re.compile(r'(\d+) of (\d+) parameters were unused at least once')
 
 
 def run_training(path: str, work_dir: str, nproc: int, iters: int, timeout: float) -> Dict:
-    from mmdet3d_ddp_guard.launch import torchrun_train
+    from mmdet3d_ddp_guard.cli.launch import torchrun_train
     train_dir = osp.join(work_dir, 'train')
     os.makedirs(train_dir, exist_ok=True)
     # The workers run mmdet3d's tools/train.py, whose folder, not this checkout, heads their

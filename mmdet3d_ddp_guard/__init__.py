@@ -1,40 +1,46 @@
 """mmdet3d_ddp_guard: multi-GPU training of 3D detectors that unused parameters cannot kill.
 
-Importing the package (``custom_imports=dict(imports=['mmdet3d_ddp_guard'])``) registers
-:class:`GuardedDDP` in MMEngine's root ``MODEL_WRAPPERS`` and :class:`UnusedParamsHook` in
-its root ``HOOKS``, lets MMEngine's ``launcher='pytorch'`` start on a machine without
-CUDA (see :mod:`mmdet3d_ddp_guard.cpu_launch`), lets MMEngine read ``mmdet3d_ddp_guard::``
-config paths (:mod:`mmdet3d_ddp_guard.config_scope`), and lets torch >= 2.6 load MMEngine's
-own checkpoints (``--resume``, ``load_from``) with ``weights_only=True`` (see
-:mod:`mmdet3d_ddp_guard.checkpoint_safe_globals`).
+One line in a config, ``custom_imports = dict(imports=['mmdet3d_ddp_guard'])``, brings the
+guard to the framework that is installed:
 
-The supported torch, MMEngine and Python are checked first (:mod:`.versions`): torch is not an
+- MMEngine (mmdet3d >= 1.1): :mod:`.openmmlab2` registers :class:`GuardedDDP` and the hooks;
+  the config picks the wrapper with ``model_wrapper_cfg`` (or inherits
+  ``mmdet3d_ddp_guard::_base_/ddp_guard.py``).
+- mmcv-full 1.x (mmdet 2.x, mmdet3d 0.x and 1.0.0rc, the BEV codebases): :mod:`.openmmlab1`
+  guards ``mmcv.parallel.MMDistributedDataParallel`` itself, since no config line there picks
+  the DDP wrapper.
+
+Where both are installed both adapters load; neither imports the other's framework. What
+does not depend on a framework (the usage record, the comm hook that carries the counts, the
+completion, the decision policy, the errors, the stall guard) is in :mod:`.core`, and the
+files and summaries in :mod:`.reporting`.
+
+The supported torch and Python are checked first (:mod:`.core.versions`): torch is not an
 install requirement, so that installing this package never replaces a user's CUDA build.
 """
-import mmengine
 import torch
 
-from .versions import check_versions
+from .core.versions import check_torch
 
 # Before the modules below, so that an unsupported torch gets this message, not theirs.
-check_versions(torch.__version__, mmengine.__version__)
+check_torch(torch.__version__)
 
-from . import config_scope, registry  # noqa: F401 (registry: the package's MMEngine scope)
-from .checkpoint_safe_globals import allow_mmengine_checkpoint_globals
-from .cpu_launch import CPUCompatibleMMDDP, allow_cpu_init_dist
-from .decision_policy import Decision
-from .errors import StaticGraphChangedError, UnusedParametersError
-from .guarded_ddp import GuardedDDP
-from .hooks import StallPhaseHook, UnusedParamsHook
-from .usage_record import IterationUsage, ParamUsageRecord
-from .version import __version__
-
-allow_cpu_init_dist()
-config_scope.install()
-allow_mmengine_checkpoint_globals()
+from .core.decision_policy import Decision  # noqa: E402
+from .core.errors import StaticGraphChangedError, UnusedParametersError  # noqa: E402
+from .core.frameworks import installed_frameworks  # noqa: E402
+from .core.usage_record import IterationUsage, ParamUsageRecord  # noqa: E402
+from .version import __version__  # noqa: E402
 
 __all__ = [
-    'GuardedDDP', 'UnusedParamsHook', 'StallPhaseHook', 'CPUCompatibleMMDDP', 'Decision',
-    'ParamUsageRecord', 'IterationUsage', 'UnusedParametersError', 'StaticGraphChangedError',
-    '__version__'
+    'Decision', 'ParamUsageRecord', 'IterationUsage', 'UnusedParametersError',
+    'StaticGraphChangedError', '__version__'
 ]
+
+FRAMEWORKS = installed_frameworks()
+if 'mmengine' in FRAMEWORKS:
+    from .openmmlab2 import (CPUCompatibleMMDDP, GuardedDDP, StallPhaseHook,  # noqa: E402
+                             UnusedParamsHook)
+    __all__ += ['GuardedDDP', 'UnusedParamsHook', 'StallPhaseHook', 'CPUCompatibleMMDDP']
+if 'mmcv-full' in FRAMEWORKS:
+    from .openmmlab1 import GuardedMMDistributedDataParallel  # noqa: E402
+    __all__ += ['GuardedMMDistributedDataParallel']

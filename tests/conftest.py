@@ -23,7 +23,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def single_rank_group():
     """A real one-rank gloo process group in the test process, for build-time checks."""
-    from mmdet3d_ddp_guard.launch import free_port
+    from mmdet3d_ddp_guard.cli.launch import free_port
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(free_port()))
     dist.init_process_group('gloo', rank=0, world_size=1)
     yield

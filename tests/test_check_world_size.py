@@ -15,7 +15,7 @@ from mmengine.registry import DATA_SAMPLERS
 
 from mmdet3d_ddp_guard.__main__ import main
 from mmdet3d_ddp_guard.cli.demo import REPO_CONFIGS, plain_ddp_options
-from mmdet3d_ddp_guard.launch import torchrun_train
+from mmdet3d_ddp_guard.cli.launch import torchrun_train
 
 pytest.importorskip('mmcv')
 from mmdet3d_ddp_guard.examples.gated_refiner_toy import ToyGatedRefinerDetector  # noqa: E402

@@ -8,7 +8,7 @@ import pytest
 import torch
 from mmengine.logging.history_buffer import HistoryBuffer
 
-from mmdet3d_ddp_guard import checkpoint_safe_globals
+from mmdet3d_ddp_guard.openmmlab2 import checkpoint_safe_globals
 from tests.scenarios import train_toy_runner
 
 

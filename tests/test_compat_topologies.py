@@ -9,7 +9,7 @@ import pytest
 
 from mmdet3d_ddp_guard.cli.demo import TOY_CONFIG
 from mmdet3d_ddp_guard.examples import ToyDetector
-from mmdet3d_ddp_guard.launch import free_port, torchrun_train
+from mmdet3d_ddp_guard.cli.launch import free_port, torchrun_train
 from tests.crash_once_hook import CRASH_MESSAGE
 from tests.dist_utils import run_distributed
 from tests.equivalence import assert_trains_like_graph_search

@@ -1,7 +1,7 @@
 """The documentation builds without a warning, and names only what exists.
 
 Sphinx itself checks the links between pages and their anchors. What it cannot see is a path
-written as code (`mmdet3d_ddp_guard/cpu_launch.py`, `configs/...`, a pytest node id): the
+written as code (`mmdet3d_ddp_guard/openmmlab2/cpu_launch.py`, `configs/...`, a pytest node id): the
 checker below reads README.md and docs/**/*.md and requires every such path to exist, so the
 docs cannot drift from the code. It checks the Markdown links too, so that README.md, which
 GitHub shows first, is held without a Sphinx build.

@@ -5,9 +5,8 @@ import torch.nn as nn
 from mmengine.logging import MMLogger
 
 from mmdet3d_ddp_guard import GuardedDDP
-from mmdet3d_ddp_guard.forward_collectives import (config_key_of,
-                                                   forward_collective_modules,
-                                                   sync_norm_cfg_keys)
+from mmdet3d_ddp_guard.core.forward_collectives import (config_key_of, forward_collective_modules,
+                                                        sync_norm_cfg_keys)
 
 pytest.importorskip('mmcv')
 from mmdet3d_ddp_guard.examples.gated_refiner_toy import ToyGatedRefinerDetector  # noqa: E402

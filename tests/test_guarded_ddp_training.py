@@ -5,8 +5,7 @@ import torch
 
 from tests.dist_utils import run_distributed
 from tests.equivalence import assert_trains_like_graph_search
-from tests.scenarios import CPU_GRAD_SCALER, GLOO_REDUCES_BFLOAT16, \
-    train_guarded_and_reference
+from tests.scenarios import CPU_GRAD_SCALER, GLOO_REDUCES_BFLOAT16, train_guarded_and_reference
 
 CASES = {
     'no_unused': dict(pattern='none'),

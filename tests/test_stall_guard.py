@@ -6,7 +6,7 @@ import re
 import pytest
 
 from mmdet3d_ddp_guard.cli.demo import REPO_CONFIGS
-from mmdet3d_ddp_guard.launch import torchrun_train
+from mmdet3d_ddp_guard.cli.launch import torchrun_train
 from tests.dist_utils import run_until_exit
 from tests.timeouts import scaled
 

@@ -6,7 +6,7 @@ import pytest
 
 from mmdet3d_ddp_guard.__main__ import main as cli
 from mmdet3d_ddp_guard.cli.demo import TOY_CONFIG
-from mmdet3d_ddp_guard.launch import torchrun_train
+from mmdet3d_ddp_guard.cli.launch import torchrun_train
 from tests.dist_utils import run_distributed
 from tests.scenarios import train_toy_runner
 from tests.timeouts import scaled

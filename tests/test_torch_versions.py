@@ -10,14 +10,16 @@ import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from mmdet3d_ddp_guard import accumulate_grad_hooks, ddp_compat
-from mmdet3d_ddp_guard.decision_policy import CONFIG_TOP_LEVEL, COMPLETE, FIND_UNUSED, \
-    initial_decision
-from mmdet3d_ddp_guard.versions import check_versions, graph_search_accumulates_right
+from mmdet3d_ddp_guard.core import accumulate_grad_hooks, ddp_compat
+from mmdet3d_ddp_guard.core.decision_policy import (CONFIG_TOP_LEVEL, COMPLETE, FIND_UNUSED,
+                                                    initial_decision)
+from mmdet3d_ddp_guard.core.versions import (check_mmcv_full, check_mmengine, check_torch,
+                                             graph_search_accumulates_right)
 from tests.dist_utils import DistributedRunError, run_distributed
 from tests.equivalence import assert_trains_like_graph_search
-from tests.scenarios import GLOO_REDUCES_BFLOAT16, GRAPH_SEARCH_TRAINS_LOGGED_OUTPUTS, \
-    train_guarded_and_reference, train_manual_reference, train_toy, train_toy_runner
+from tests.scenarios import (GLOO_REDUCES_BFLOAT16, GRAPH_SEARCH_TRAINS_LOGGED_OUTPUTS,
+                             train_guarded_and_reference, train_manual_reference, train_toy,
+                             train_toy_runner)
 
 OLD_GRAPH_SEARCH = not graph_search_accumulates_right(torch.__version__)
 
@@ -27,23 +29,27 @@ OLD_GRAPH_SEARCH = not graph_search_accumulates_right(torch.__version__)
 def test_supported_versions_pass_quietly(torch_version):
     with warnings.catch_warnings():
         warnings.simplefilter('error')
-        check_versions(torch_version, '0.8.0', (3, 8))
+        check_torch(torch_version, (3, 8))
+        check_mmengine('0.8.0')
+        check_mmcv_full('1.4.0')
 
 
 def test_unsupported_versions_are_refused_naming_the_range_and_the_fix():
     with pytest.raises(RuntimeError, match=r'supports torch >= 1\.9 .*1\.8\.1.*last gradient '
                                            r'bucket.*torch==1\.9\.1.*'
                                            'find_unused_parameters = True'):
-        check_versions('1.8.1+cu111', '0.10.7')
+        check_torch('1.8.1+cu111')
     with pytest.raises(RuntimeError, match=r"mmengine >= 0\.8.*0\.7\.4.*pip install"):
-        check_versions('2.1.2', '0.7.4')
+        check_mmengine('0.7.4')
+    with pytest.raises(RuntimeError, match=r"mmcv-full >= 1\.4 .*1\.3\.17.*mmcv-full==1\.4\.0"):
+        check_mmcv_full('1.3.17')
     with pytest.raises(RuntimeError, match=r'Python >= 3\.8'):
-        check_versions('2.1.2', '0.10.7', (3, 7))
+        check_torch('2.1.2', (3, 7))
 
 
 def test_a_newer_torch_than_tested_gets_a_warning_not_a_refusal():
     with pytest.warns(UserWarning, match=r'tested up to torch 2\.14; torch 2\.15\.0 is newer'):
-        check_versions('2.15.0', '0.10.7')
+        check_torch('2.15.0')
 
 
 def test_ddp_surface_gates_pick_what_this_torch_offers():

@@ -6,8 +6,7 @@ import pytest
 
 from tests.dist_utils import DistributedRunError, run_distributed
 from tests.equivalence import assert_hook_matches_truth, named_unused
-from tests.scenarios import GRADS_ZEROED_IN_PLACE, collectives_during_training, \
-    train_toy_runner
+from tests.scenarios import GRADS_ZEROED_IN_PLACE, collectives_during_training, train_toy_runner
 
 PATTERNS = ['dead_layer', 'skip_odd', 'rank_dependent', 'output_not_in_loss']
 WRAPPERS = {

@@ -33,6 +33,7 @@ LEGS=(
   "torch2.14|3.11|torch==2.14.1 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|4"
   "torch1.13|3.8|torch==1.13.1 mmengine==0.8.0 numpy<1.25 setuptools<70|yapf==0.40.1|yes|3|2"
   "torch2.1|3.11|torch==2.1.2 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|3"
+  "openmmlab1|3.8|torch==1.12.1 numpy<1.24 setuptools<70 wheel ninja pillow<10 requests||yes|8|3"
 )
 TESTS=(
   tests/test_torch_versions.py tests/test_installed_package.py tests/test_usage_record.py
@@ -85,6 +86,20 @@ report_scoped_config_trap() {
   rm -rf "$probe"
 }
 
+# OpenMMLab 1.x as the research codebases install it (docs/openmmlab1.md): torchvision without
+# its dependencies (mmcv's ops import it; its own pins would move torch), mmcv-full 1.7.2
+# compiled with its CPU ops (through tools/mmcv_cxx.sh, as .venv's mmcv), mmdet 2.28.2. No
+# MMEngine: the package must import and guard with mmcv 1.x alone.
+build_openmmlab1() {
+  local venv=$1 pip="$1/bin/python -m pip --disable-pip-version-check"
+  $pip install -q --no-deps torchvision==0.13.1
+  say "openmmlab1: compiling mmcv-full 1.7.2 with its CPU ops (about 6 min on 2 quiet cores)"
+  PATH="$(readlink -f "$venv")/bin:$PATH" CXX="$(pwd)/tools/mmcv_cxx.sh" \
+    MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-2} \
+    $pip install -q --no-build-isolation mmcv-full==1.7.2
+  $pip install -q mmdet==2.28.2
+}
+
 make_leg_venv() {
   local name=$1 python_version=$2 stack=$3 fix=$4
   local venv=".venvs/$name"
@@ -105,6 +120,7 @@ make_leg_venv() {
   "$python" -m venv "$(readlink -f "$venv")"
   # shellcheck disable=SC2086  # the stack is a list of requirement words
   $pip install -q $stack pytest pytest-timeout
+  if [ "$name" = openmmlab1 ]; then build_openmmlab1 "$venv"; fi
   local before after
   before=$("$venv/bin/python" -c 'import torch; print(torch.__version__)')
   say "$name: pip install . (a regular install, dependencies included) beside torch $before"

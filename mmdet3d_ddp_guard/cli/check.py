@@ -1,8 +1,8 @@
 """Would plain DDP fail or hang on this config with N GPUs? One process, no GPU, no launcher.
 
 Simulates ``--world-size`` ranks for ``--iters`` iterations (see
-:mod:`mmdet3d_ddp_guard.rank_simulation`): every iteration runs the batch that the config's
-sampler hands each rank through the real model, records which parameters each rank left
+:mod:`mmdet3d_ddp_guard.openmmlab2.rank_simulation`): every iteration runs the batch that the
+config's sampler hands each rank through the real model, records which parameters each rank left
 unused and which SyncBN-type layers ran where, then steps the config's optimizer once. It
 reports, per iteration and overall, whether plain DDP (``find_unused_parameters=False``)
 is ``ok``, ``fails`` or ``hangs`` there, on which ranks, with which parameters and layers,
@@ -20,11 +20,11 @@ import tempfile
 
 from mmengine.config import Config, DictAction
 
-from ..ddp_outcome import HANGS, OK
-from ..ddp_prediction import plot_prediction, predict, prediction_text, write_json
-from ..forward_collectives import sync_norm_cfg_keys
-from ..rank_simulation import RankSimulation, SimulationError
-from ..usage_summary import summary_dict, summary_text, write_summary
+from ..core.ddp_outcome import HANGS, OK
+from ..reporting.ddp_prediction import plot_prediction, predict, prediction_text, write_json
+from ..core.forward_collectives import sync_norm_cfg_keys
+from ..openmmlab2.rank_simulation import RankSimulation, SimulationError
+from ..reporting.usage_summary import summary_dict, summary_text, write_summary
 
 PLAIN_DDP_BREAKS = 1
 BAD_USAGE = 2

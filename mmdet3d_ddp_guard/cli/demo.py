@@ -14,7 +14,7 @@ from typing import List
 
 import torch
 
-from ..launch import TrainRun, torchrun_train
+from .launch import TrainRun, torchrun_train
 from .make_tiny_data import DEFAULT_ROOT, make_tiny_data
 
 REPO_CONFIGS = osp.join(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))),

@@ -13,9 +13,9 @@ import logging
 import os.path as osp
 import sys
 
-from ..usage_history import (RecordedTable, history_path, missing_iterations, read_history,
-                             replay_statistics, table_path)
-from ..usage_summary import summary_dict, summary_text, write_summary
+from ..reporting.usage_history import (RecordedTable, history_path, missing_iterations,
+                                       read_history, replay_statistics, table_path)
+from ..reporting.usage_summary import summary_dict, summary_text, write_summary
 
 BAD_USAGE = 2
 

@@ -5,10 +5,10 @@ import textwrap
 from collections import OrderedDict
 from typing import Dict, List, Optional
 
-from .ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_line
-from .decision_policy import recommended_setting
-from .param_table import format_rows, owner_of
-from .usage_record import UsageStatistics
+from ..core.ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_line
+from ..core.decision_policy import recommended_setting
+from ..core.param_table import format_rows, owner_of
+from ..core.usage_record import UsageStatistics
 
 
 def summary_dict(table, statistics: UsageStatistics, world_size: int) -> Dict:

@@ -29,32 +29,13 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DATA_SAMPLERS, DATASETS, MODELS, init_default_scope
 from mmengine.runner import Runner, set_random_seed
 
-from .forward_collectives import ForwardCollectiveCounter
-from .usage_record import IterationUsage, ParamUsageRecord
+from ..core.forward_collectives import ForwardCollectiveCounter
+from ..core.usage_record import IterationUsage, ParamUsageRecord
+from ..reporting.ddp_prediction import SimulatedIteration
 
 
 class SimulationError(ValueError):
     """The config cannot be simulated (bad usage: the message names the key and the fix)."""
-
-
-@dataclass(frozen=True)
-class SimulatedIteration:
-    """What every simulated rank did in one iteration.
-
-    Attributes:
-        iteration (int): The runner iteration (0-based).
-        unused_per_rank (tuple[tuple[int]]): Ids of :class:`ParamTable` unused, by rank
-            (unreached, or reached with an undefined gradient).
-        collective_calls (dict[str, list[int]]): SyncBN-type layer name -> its training
-            forward calls on each rank.
-        unreached_per_rank (tuple[tuple[int]]): The unused ids that autograd did not reach
-            at all, by rank: these leave DDP's buckets waiting (an undefined gradient does
-            not: DDP's fast path reduces it as zeros).
-    """
-    iteration: int
-    unused_per_rank: Tuple[Tuple[int, ...], ...]
-    collective_calls: Dict[str, List[int]]
-    unreached_per_rank: Tuple[Tuple[int, ...], ...] = ()
 
 
 class RankSimulation:

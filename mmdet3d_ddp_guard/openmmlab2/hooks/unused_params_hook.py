@@ -9,14 +9,14 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 from torch.nn.parallel import DistributedDataParallel
 
-from ..decision_policy import ACCUMULATION_BUG_UNGUARDED, configured_accumulation
-from ..errors import unused_parameters_error
+from ...core.decision_policy import ACCUMULATION_BUG_UNGUARDED, configured_accumulation
+from ...core.errors import unused_parameters_error
+from ...core.usage_record import IterationUsage, ParamUsageRecord
+from ...core.versions import graph_search_accumulates_right
+from ...reporting.usage_history import (HistoryFile, history_path, read_history, table_path,
+                                        write_table)
+from ...reporting.usage_summary import summary_dict, summary_text, write_summary
 from ..guarded_ddp import GuardedDDP
-from ..usage_history import (HistoryFile, history_path, read_history, table_path,
-                             write_table)
-from ..usage_record import IterationUsage, ParamUsageRecord
-from ..usage_summary import summary_dict, summary_text, write_summary
-from ..versions import graph_search_accumulates_right
 
 CHECKPOINT_KEY = 'unused_params'
 
@@ -47,7 +47,8 @@ class UnusedParamsHook(Hook):
       number of trainable parameters (a layer added or unfrozen since the checkpoint) are
       not restored: a warning, and the counts start fresh. ``load_from`` starts new counts.
 
-    The hook never stops training for its files (see :mod:`mmdet3d_ddp_guard.usage_history`):
+    The hook never stops training for its files (see
+    :mod:`mmdet3d_ddp_guard.reporting.usage_history`):
     lines are appended whole, torn or garbled lines left by a crash are dropped with a
     warning, and a write that fails (disk full, out_dir gone) is logged once and retried at
     later iterations; the summary is always logged, and

@@ -3,7 +3,7 @@ import contextlib
 import inspect
 import logging
 import weakref
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -13,18 +13,17 @@ from mmengine.model.utils import detect_anomalous_params
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 
-from .cpu_launch import drop_device_ids_for_cpu_module, leave_gloo_cleanly_at_exit
-from .ddp_compat import set_static_graph, static_graph_arguments
-from .decision_policy import (COMPLETE, STATIC_GRAPH, STRICT, Decision, DecisionPolicy,
-                              FIND_UNUSED, configured_accumulation, not_given,
-                              resolve_request)
-from .errors import static_graph_changed_error, unused_parameters_error
-from .forward_collectives import forward_collectives_warning
-from .stall_guard import (DEFAULT_STALL_TIMEOUT, RankPosition, StallWatchdog,
-                          check_stall_timeout)
-from .unused_counts_comm_hook import UnusedCountsState, allreduce_with_unused_counts
-from .usage_record import IterationUsage, ParamUsageRecord
-from .versions import graph_search_accumulates_right
+from ..core.completion import UnusedCompletion
+from ..core.cpu_ddp import leave_gloo_cleanly_at_exit
+from ..core.ddp_compat import set_static_graph, static_graph_arguments
+from ..core.decision_policy import (FIND_UNUSED, Decision, DecisionPolicy, configured_accumulation,
+                                    not_given, resolve_request)
+from ..core.forward_collectives import forward_collectives_warning
+from ..core.stall_guard import (DEFAULT_STALL_TIMEOUT, RankPosition, StallWatchdog,
+                                check_stall_timeout)
+from ..core.usage_record import ParamUsageRecord
+from ..core.versions import graph_search_accumulates_right
+from .cpu_launch import log_dropped_device_ids
 
 
 @MODEL_WRAPPERS.register_module()
@@ -174,7 +173,7 @@ class GuardedDDP(MMDistributedDataParallel):
         collectives_warning = forward_collectives_warning(module)
         if collectives_warning:
             print_log(collectives_warning, logger='current', level=logging.WARNING)
-        drop_device_ids_for_cpu_module(module, kwargs)
+        log_dropped_device_ids(module, kwargs)
         # Before DDP builds its reducer: on the node path (torch < 2.1, and 2.1.2) the
         # record's hooks must be added to the AccumulateGrad nodes ahead of DDP's (see
         # accumulate_grad_hooks).
@@ -188,16 +187,8 @@ class GuardedDDP(MMDistributedDataParallel):
         set_static_graph(self, static_graph)
         self.policy = policy
         self.usage_record = usage_record
-        self.usage_record.add_listener(self._observe)
-        self._counts: Optional[UnusedCountsState] = None
-        # (this rank's unused ids, whether some were unreached) while the completion runs.
-        self._completing: Optional[Tuple[Tuple[int, ...], bool]] = None
-        if policy.decision.mode in (COMPLETE, STRICT):
-            self._counts = UnusedCountsState(self.process_group, self._local_payload)
-            super().register_comm_hook(self._counts, allreduce_with_unused_counts)
-            self.usage_record.resolved_by_counts = True
-        self._static_graph_unused = None
-        self._iterations_ended = 0
+        self.completion = UnusedCompletion(self, usage_record, policy, _runner_iteration,
+                                           _log_revision)
         if dist.get_backend(self.process_group) == 'gloo':
             leave_gloo_cleanly_at_exit()
         self.stall_position = RankPosition(self.process_group)
@@ -216,7 +207,7 @@ class GuardedDDP(MMDistributedDataParallel):
         return self.policy.decision
 
     def register_comm_hook(self, state, hook):
-        if self._counts is not None:
+        if self.completion.carries_counts:
             raise RuntimeError(
                 f'GuardedDDP: in mode {self.decision.mode!r} the gradient all-reduce already '
                 "runs through GuardedDDP's comm hook, which carries the unused-parameter "
@@ -234,7 +225,7 @@ class GuardedDDP(MMDistributedDataParallel):
         try:
             # The previous iteration's per-rank detail, unless a hook has read it already.
             self.usage_record.resolve()
-            position.start_forward(self._runner_iteration(self._iterations_ended))
+            position.start_forward(self.completion.current_iteration())
             self.usage_record.start_iteration()
             with optim_wrapper.optim_context(self):
                 # False inside no_sync (gradient accumulation): this backward reduces nothing.
@@ -253,7 +244,7 @@ class GuardedDDP(MMDistributedDataParallel):
                 losses = self._run_forward(data, mode='loss')
             parsed_loss, log_vars = self.module.parse_losses(losses)
             with _after_backward(optim_wrapper, position,
-                                 lambda: self._settle_unused(reduces)):
+                                 lambda: self.completion.settle(reduces)):
                 optim_wrapper.update_params(parsed_loss)
             if self.detect_anomalous_params:
                 detect_anomalous_params(parsed_loss, model=self)
@@ -271,89 +262,6 @@ class GuardedDDP(MMDistributedDataParallel):
         if runner is not None and self.stall_watchdog is not None \
                 and not any(isinstance(hook, StallPhaseHook) for hook in runner.hooks):
             runner.register_hook(StallPhaseHook())
-
-    def _settle_unused(self, reduces: bool) -> None:
-        record = self.usage_record
-        local_unused = record.local_unused()
-        # Only a backward that reduces leaves DDP's buckets waiting for unreached parameters.
-        unreached = record.local_unreached() if reduces and local_unused else ()
-        self._iterations_ended += 1
-        iteration = self._runner_iteration(self._iterations_ended - 1)
-        if self.decision.mode == STATIC_GRAPH and reduces:
-            self._check_static_graph(local_unused, iteration)
-        if self._counts is None or not reduces:
-            # No counts in this backward: exchanged later (modes 'find_unused' and
-            # 'static_graph'), or carried by the window's last bucket (accumulation).
-            record.end_local_iteration(iteration, local_unused, bool(unreached))
-            return
-        # What DDP's graph search leaves untouched must stay untouched: a gradient that was
-        # None before this window (set_to_none=True, torch >= 2.0's default) goes back to
-        # None below; one zeroed in place (set_to_none=False) stays a zero tensor. Read
-        # before the completion backward writes zeros into the unreached ones.
-        params = record.table.params
-        untouched_none = {i for i in local_unused if params[i].grad is None}
-        untouched_none.update(record.local_undefined())
-        if unreached:
-            self._completing = (local_unused, True)
-            completed = [params[i] for i in unreached]
-            try:
-                torch.autograd.backward(completed, [torch.zeros_like(p) for p in completed])
-            finally:
-                self._completing = None
-        counts = self._counts.take_counts()
-        unused_in_window = set(local_unused) & untouched_none
-        for _, ids in record.open_iterations:
-            unused_in_window.intersection_update(ids)
-        record.end_local_iteration(iteration, local_unused, bool(unreached))
-        if self.decision.mode == COMPLETE and unused_in_window:
-            self._release_unused_everywhere(sorted(unused_in_window), counts)
-        record.expect_counts(counts)
-
-    def _local_payload(self, device, dtype) -> torch.Tensor:
-        """This rank's part of the counts on DDP's last bucket (see the comm hook)."""
-        record = self.usage_record
-        current, unreached = self._completing or (record.local_unused(), False)
-        steps = [ids for _, ids in record.open_iterations] + [current]
-        if not unreached and not any(steps):
-            return self._counts.zeros(len(steps) * len(record.table) + 1, device, dtype)
-        mask = record.local_mask(device, dtype, current)
-        return torch.cat([mask, mask.new_full((1, ), float(unreached))])
-
-    def _release_unused_everywhere(self, indices, counts: torch.Tensor) -> None:
-        """Sets grad None for this rank's unused parameters that no rank used in any
-        micro-step of the window and whose grad was None before it, as DDP's graph search
-        leaves them, so that the optimizer skips them (no momentum, no weight decay). Reads
-        only these parameters' counts: a host sync on this slow path alone."""
-        params = self.usage_record.table.params
-        per_step = counts[:-1].view(-1, len(params))[:, indices]
-        everywhere = (per_step > self.usage_record.world_size - 0.5).all(dim=0).tolist()
-        for index, unused_everywhere in zip(indices, everywhere):
-            if unused_everywhere:
-                params[index].grad = None
-
-    def _observe(self, usage: IterationUsage, changed: bool) -> None:
-        """Every resolved iteration, in order: the strict stop, then the policy."""
-        record = self.usage_record
-        if self.decision.mode == STRICT and usage.ranks_left_unreached:
-            raise unused_parameters_error(record.table, dict(enumerate(usage.per_rank_unused)),
-                                          usage.iteration, self.decision.source)
-        revised = self.policy.observe(usage, record.statistics, record.table)
-        if revised is not None:
-            print_log(revised.format(), logger='current')
-
-    def _check_static_graph(self, local_unused, iteration: int) -> None:
-        if self._static_graph_unused is None:
-            self._static_graph_unused = local_unused
-        elif local_unused != self._static_graph_unused:
-            raise static_graph_changed_error(self.usage_record.table,
-                                             self._static_graph_unused, local_unused,
-                                             iteration, self.usage_record.rank)
-
-    @staticmethod
-    def _runner_iteration(own_count: int) -> int:
-        """``runner.iter`` as RuntimeInfoHook publishes it; ``own_count`` outside a Runner."""
-        iteration = MessageHub.get_current_instance().get_info('iter')
-        return own_count if iteration is None else iteration
 
 
 @contextlib.contextmanager
@@ -379,6 +287,16 @@ def _after_backward(optim_wrapper: OptimWrapper, position: RankPosition, callbac
         yield
     finally:
         del optim_wrapper.backward
+
+
+def _runner_iteration(own_count: int) -> int:
+    """``runner.iter`` as RuntimeInfoHook publishes it; ``own_count`` outside a Runner."""
+    iteration = MessageHub.get_current_instance().get_info('iter')
+    return own_count if iteration is None else iteration
+
+
+def _log_revision(message: str) -> None:
+    print_log(message, logger='current')
 
 
 def _log_stall(message: str, is_error: bool) -> None:

@@ -13,7 +13,10 @@ message that names it:
   DDP surface this package touches (the reducer's comm hook on the last bucket, the
   ``AccumulateGrad`` node) has been stable for years, and a refusal would block users for no
   known reason;
-- MMEngine below :data:`MIN_MMENGINE` (what mmdet3d 1.4 itself requires) is refused.
+- MMEngine below :data:`MIN_MMENGINE` (what mmdet3d 1.4 itself requires) is refused, and so
+  is mmcv-full below :data:`MIN_MMCV` (the oldest the research codebases pin).
+
+Each check takes version strings, so that this module imports no framework.
 """
 import re
 import sys
@@ -28,6 +31,8 @@ TESTED_TORCHES = ('1.9.1', '1.12.1', '1.13.1', '2.1.2', '2.13.0', '2.14.1')
 NEWEST_TESTED_TORCH = (2, 14)
 #: mmdet3d 1.4 accepts mmengine >= 0.8.0; tested on 0.8.0 and 0.10.7.
 MIN_MMENGINE = (0, 8)
+#: BEVFormer, MapTR, PETR and bevfusion pin mmcv-full 1.4.0; tested on 1.7.2.
+MIN_MMCV = (1, 4)
 MIN_PYTHON = (3, 8)
 #: pytorch/pytorch#124193 (torch 2.4) fixed DDP's graph search under ``no_sync``
 #: (pytorch/pytorch#69031): before it, a parameter used in an earlier micro-step of an
@@ -47,10 +52,10 @@ def _dotted(version: Tuple[int, int]) -> str:
     return '.'.join(map(str, version))
 
 
-def check_versions(torch_version: str, mmengine_version: str,
-                   python_version: Tuple[int, int] = sys.version_info[:2]) -> None:
+def check_torch(torch_version: str,
+                python_version: Tuple[int, int] = sys.version_info[:2]) -> None:
     """Raises RuntimeError, naming the supported range and the fix, on an unsupported
-    torch, MMEngine or Python; warns once on a torch newer than the newest tested."""
+    torch or Python; warns once on a torch newer than the newest tested."""
     if tuple(python_version) < MIN_PYTHON:
         raise RuntimeError(
             f'mmdet3d_ddp_guard needs Python >= {_dotted(MIN_PYTHON)}, but this is Python '
@@ -65,16 +70,29 @@ def check_versions(torch_version: str, mmengine_version: str,
             'mmcv-full 1.x and mmcv 2.x both have wheels for), or remove mmdet3d_ddp_guard '
             'from custom_imports and set find_unused_parameters = True in your config '
             'instead.')
-    if major_minor(mmengine_version) < MIN_MMENGINE:
-        raise RuntimeError(
-            f'mmdet3d_ddp_guard needs mmengine >= {_dotted(MIN_MMENGINE)} (as mmdet3d 1.4 '
-            f'does), but mmengine {mmengine_version} is installed: '
-            "pip install -U 'mmengine>=0.8'.")
     if torch_mm > NEWEST_TESTED_TORCH:
         warnings.warn(
             f'mmdet3d_ddp_guard was tested up to torch {_dotted(NEWEST_TESTED_TORCH)}; torch '
             f'{torch_version} is newer. It should work; if GuardedDDP fails, please report '
             'it with this version.', stacklevel=3)
+
+
+def check_mmengine(mmengine_version: str) -> None:
+    if major_minor(mmengine_version) < MIN_MMENGINE:
+        raise RuntimeError(
+            f'mmdet3d_ddp_guard needs mmengine >= {_dotted(MIN_MMENGINE)} (as mmdet3d 1.4 '
+            f'does), but mmengine {mmengine_version} is installed: '
+            "pip install -U 'mmengine>=0.8'.")
+
+
+def check_mmcv_full(mmcv_version: str) -> None:
+    if major_minor(mmcv_version) < MIN_MMCV:
+        raise RuntimeError(
+            f'mmdet3d_ddp_guard supports mmcv-full >= {_dotted(MIN_MMCV)} (tested on 1.7.2), '
+            f'but mmcv-full {mmcv_version} is installed. Upgrade it within 1.x as your '
+            "codebase allows (e.g. pip install 'mmcv-full==1.4.0', as BEVFormer pins), or "
+            'remove mmdet3d_ddp_guard from custom_imports and set find_unused_parameters = '
+            'True in your config instead.')
 
 
 def graph_search_accumulates_right(torch_version: str) -> bool:

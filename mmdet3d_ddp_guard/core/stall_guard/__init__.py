@@ -2,7 +2,7 @@
 
 Framework-free (torch and the standard library): the MMEngine adapter
 (:class:`~mmdet3d_ddp_guard.GuardedDDP` and
-:class:`~mmdet3d_ddp_guard.hooks.StallPhaseHook`) only moves the position and logs.
+:class:`~mmdet3d_ddp_guard.openmmlab2.hooks.StallPhaseHook`) only moves the position and logs.
 """
 from .rank_position import RankPosition
 from .stall_diagnosis import Diagnosis, diagnose

@@ -1,0 +1,140 @@
+"""The guard itself, for any DDP: DDP's buckets completed after a backward that left
+parameters unreached, the counts carried on the last bucket, the optimizer kept off the
+parameters no rank used, and the strict and static-graph stops.
+
+An adapter (MMEngine's GuardedDDP, mmcv 1.x's guarded MMDistributedDataParallel) builds one
+:class:`UnusedCompletion` per wrapper and calls :meth:`UnusedCompletion.settle` between the
+backward and the optimizer step, where its framework allows it. The completion takes what it
+needs when it is built (the DDP whose reducer it completes, the usage record, the policy, a
+source of iteration numbers, a logger), and never calls back into the wrapper.
+"""
+from typing import Callable, Optional, Tuple
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from .decision_policy import COMPLETE, STATIC_GRAPH, STRICT, DecisionPolicy
+from .errors import static_graph_changed_error, unused_parameters_error
+from .unused_counts_comm_hook import UnusedCountsState, allreduce_with_unused_counts
+from .usage_record import IterationUsage, ParamUsageRecord
+
+
+class UnusedCompletion:
+    """Settles the unused parameters of each backward of ``ddp``.
+
+    Args:
+        ddp (DistributedDataParallel): The wrapper; in modes ``'complete'`` and ``'strict'``
+            its gradient all-reduce goes through the comm hook that carries the counts.
+        record (ParamUsageRecord): The usage record built on ``ddp``'s module before DDP.
+        policy (DecisionPolicy): The decision, revised as the record resolves iterations.
+        iteration_of (callable): ``iteration_of(own_count)``: the framework's iteration
+            number, given how many backwards this completion has settled.
+        log (callable): ``log(message)`` for the policy's revisions.
+    """
+
+    def __init__(self, ddp: DistributedDataParallel, record: ParamUsageRecord,
+                 policy: DecisionPolicy, iteration_of: Callable[[int], int],
+                 log: Callable[[str], None]):
+        self.record = record
+        self.policy = policy
+        self._iteration_of = iteration_of
+        self._log = log
+        #: Backwards settled so far (every micro-step of an accumulation window counts).
+        self.iterations_ended = 0
+        self._counts: Optional[UnusedCountsState] = None
+        # (this rank's unused ids, whether some were unreached) while the completion runs.
+        self._completing: Optional[Tuple[Tuple[int, ...], bool]] = None
+        self._static_graph_unused = None
+        if policy.decision.mode in (COMPLETE, STRICT):
+            self._counts = UnusedCountsState(ddp.process_group, self._local_payload)
+            # DDP's own method: a wrapper may refuse user comm hooks in its override.
+            DistributedDataParallel.register_comm_hook(ddp, self._counts,
+                                                       allreduce_with_unused_counts)
+            record.resolved_by_counts = True
+        record.add_listener(self._observe)
+
+    @property
+    def carries_counts(self) -> bool:
+        """Whether the gradient all-reduce runs through the counts' comm hook."""
+        return self._counts is not None
+
+    def current_iteration(self) -> int:
+        """The iteration whose backward is next to be settled."""
+        return self._iteration_of(self.iterations_ended)
+
+    def settle(self, reduces: bool) -> None:
+        """After a backward: ``reduces`` is False inside ``no_sync`` (accumulation)."""
+        record = self.record
+        local_unused = record.local_unused()
+        # Only a backward that reduces leaves DDP's buckets waiting for unreached parameters.
+        unreached = record.local_unreached() if reduces and local_unused else ()
+        iteration = self.current_iteration()
+        self.iterations_ended += 1
+        if self.policy.decision.mode == STATIC_GRAPH and reduces:
+            self._check_static_graph(local_unused, iteration)
+        if self._counts is None or not reduces:
+            # No counts in this backward: exchanged later (modes 'find_unused' and
+            # 'static_graph'), or carried by the window's last bucket (accumulation).
+            record.end_local_iteration(iteration, local_unused, bool(unreached))
+            return
+        # What DDP's graph search leaves untouched must stay untouched: a gradient that was
+        # None before this window (set_to_none=True, torch >= 2.0's default) goes back to
+        # None below; one zeroed in place (set_to_none=False) stays a zero tensor. Read
+        # before the completion backward writes zeros into the unreached ones.
+        params = record.table.params
+        untouched_none = {i for i in local_unused if params[i].grad is None}
+        untouched_none.update(record.local_undefined())
+        if unreached:
+            self._completing = (local_unused, True)
+            completed = [params[i] for i in unreached]
+            try:
+                torch.autograd.backward(completed, [torch.zeros_like(p) for p in completed])
+            finally:
+                self._completing = None
+        counts = self._counts.take_counts()
+        unused_in_window = set(local_unused) & untouched_none
+        for _, ids in record.open_iterations:
+            unused_in_window.intersection_update(ids)
+        record.end_local_iteration(iteration, local_unused, bool(unreached))
+        if self.policy.decision.mode == COMPLETE and unused_in_window:
+            self._release_unused_everywhere(sorted(unused_in_window), counts)
+        record.expect_counts(counts)
+
+    def _local_payload(self, device, dtype) -> torch.Tensor:
+        """This rank's part of the counts on DDP's last bucket (see the comm hook)."""
+        record = self.record
+        current, unreached = self._completing or (record.local_unused(), False)
+        steps = [ids for _, ids in record.open_iterations] + [current]
+        if not unreached and not any(steps):
+            return self._counts.zeros(len(steps) * len(record.table) + 1, device, dtype)
+        mask = record.local_mask(device, dtype, current)
+        return torch.cat([mask, mask.new_full((1, ), float(unreached))])
+
+    def _release_unused_everywhere(self, indices, counts: torch.Tensor) -> None:
+        """Sets grad None for this rank's unused parameters that no rank used in any
+        micro-step of the window and whose grad was None before it, as DDP's graph search
+        leaves them, so that the optimizer skips them (no momentum, no weight decay). Reads
+        only these parameters' counts: a host sync on this slow path alone."""
+        params = self.record.table.params
+        per_step = counts[:-1].view(-1, len(params))[:, indices]
+        everywhere = (per_step > self.record.world_size - 0.5).all(dim=0).tolist()
+        for index, unused_everywhere in zip(indices, everywhere):
+            if unused_everywhere:
+                params[index].grad = None
+
+    def _observe(self, usage: IterationUsage, changed: bool) -> None:
+        """Every resolved iteration, in order: the strict stop, then the policy."""
+        record = self.record
+        if self.policy.decision.mode == STRICT and usage.ranks_left_unreached:
+            raise unused_parameters_error(record.table, dict(enumerate(usage.per_rank_unused)),
+                                          usage.iteration, self.policy.decision.source)
+        revised = self.policy.observe(usage, record.statistics, record.table)
+        if revised is not None:
+            self._log(revised.format())
+
+    def _check_static_graph(self, local_unused, iteration: int) -> None:
+        if self._static_graph_unused is None:
+            self._static_graph_unused = local_unused
+        elif local_unused != self._static_graph_unused:
+            raise static_graph_changed_error(self.record.table, self._static_graph_unused,
+                                             local_unused, iteration, self.record.rank)

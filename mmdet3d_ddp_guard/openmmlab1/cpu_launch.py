@@ -1,0 +1,141 @@
+"""Running mmcv 1.x's ``launcher='pytorch'`` training under torchrun on a machine without
+CUDA (the tests, CI, a laptop): steps of the launch path that refuse the CPU, none in the
+model.
+
+- ``mmcv.runner.init_dist`` calls ``torch.cuda.set_device`` before it creates the process
+  group. :func:`allow_cpu_training` (called when this package is imported, by
+  ``custom_imports`` while the config is read, before ``init_dist``) makes it create a gloo
+  group instead when there is no CUDA.
+- mmdet 2.x's ``build_ddp`` asserts that the device is ``'cuda'``, ``'mlu'`` or ``'npu'``;
+  without CUDA (``cfg.device = get_device()`` is ``'cpu'``) it is let through to the same
+  ``MMDistributedDataParallel`` on the CPU module; and its samplers' ``sync_random_seed``
+  broadcasts a CUDA tensor, which goes on the CPU instead. Both where mmdet is installed.
+
+Where CUDA is available nothing changes.
+"""
+import functools
+import importlib
+import inspect
+import logging
+
+import torch
+import torch.distributed as dist
+from mmcv.parallel import MMDistributedDataParallel
+from mmcv.utils import print_log
+from torch.nn.parallel import DistributedDataParallel
+
+from ..core.cpu_ddp import drop_device_ids_for_cpu_module, leave_gloo_cleanly_at_exit
+
+_DDP_SIGNATURE = inspect.signature(DistributedDataParallel.__init__)
+
+
+def ddp_arguments(module, args, kwargs) -> dict:
+    """What a caller passed to ``MMDistributedDataParallel(module, ...)``, by name (scripts
+    pass ``device_ids`` by position too)."""
+    arguments = _DDP_SIGNATURE.bind(None, module, *args, **kwargs).arguments
+    del arguments['self'], arguments['module']
+    return arguments
+
+
+class CPUCompatibleMMDistributedDataParallel(MMDistributedDataParallel):
+    """mmcv's ``MMDistributedDataParallel``, unchanged, except for a module on the CPU: no
+    ``device_ids`` (mmdet's ``build_ddp`` passes ``[LOCAL_RANK]``, which DDP refuses there),
+    and the DataContainer inputs unwrapped as ``MMDataParallel`` does on the CPU (mmcv's
+    DDP hands them to the model as they are when it has no device ids). What
+    ``ddp_guard = dict(enabled=False)`` builds on a machine without CUDA: plain DDP, to
+    compare against."""
+
+    def __init__(self, module, *args, **kwargs):
+        arguments = ddp_arguments(module, args, kwargs)
+        message = drop_device_ids_for_cpu_module(module, arguments)
+        if message:
+            print_log(message, logger='mmcv', level=logging.WARNING)
+        super().__init__(module, **arguments)
+
+    def train_step(self, *inputs, **kwargs):
+        if not self.device_ids:
+            inputs, kwargs = _on_cpu(self.scatter(inputs, kwargs, [-1]))
+        return super().train_step(*inputs, **kwargs)
+
+    def val_step(self, *inputs, **kwargs):
+        if not self.device_ids:
+            inputs, kwargs = _on_cpu(self.scatter(inputs, kwargs, [-1]))
+        return super().val_step(*inputs, **kwargs)
+
+
+def _on_cpu(scattered):
+    inputs, kwargs = scattered
+    return inputs[0], kwargs[0]
+
+
+def allow_cpu_training() -> None:
+    if torch.cuda.is_available():
+        return
+    _allow_cpu_init_dist()
+    _allow_cpu_build_ddp()
+    _allow_cpu_seed_sync()
+
+
+def _allow_cpu_init_dist() -> None:
+    import mmcv.runner.dist_utils as mmcv_dist
+    original = mmcv_dist._init_dist_pytorch
+    if getattr(original, 'ddp_guard_cpu_aware', False):
+        return
+
+    @functools.wraps(original)
+    def init_dist_pytorch(backend, **kwargs):
+        dist.init_process_group(backend='gloo', **kwargs)
+        leave_gloo_cleanly_at_exit()
+        print_log(f'mmdet3d_ddp_guard: no CUDA here; rank {dist.get_rank()} of '
+                  f'{dist.get_world_size()} uses a gloo process group (the config asked '
+                  f'for {backend!r}).', logger='mmcv')
+
+    init_dist_pytorch.ddp_guard_cpu_aware = True
+    mmcv_dist._init_dist_pytorch = init_dist_pytorch
+
+
+def _allow_cpu_build_ddp() -> None:
+    def cpu_aware(original, distribution):
+        def build_ddp(model, device='cuda', *args, **kwargs):
+            if device != 'cpu':
+                return original(model, device, *args, **kwargs)
+            return distribution.ddp_factory['cuda'](model, *args, **kwargs)
+        return build_ddp
+
+    _rebind('mmdet.utils.util_distribution', 'build_ddp', cpu_aware,
+            ('mmdet.utils', 'mmdet.apis.train'))
+
+
+def _allow_cpu_seed_sync() -> None:
+    """mmdet 2.x's samplers agree on their seed with a broadcast of a CUDA tensor."""
+    def cpu_aware(original, _):
+        def sync_random_seed(seed=None, device='cuda'):
+            return original(seed, 'cpu' if device == 'cuda' else device)
+        return sync_random_seed
+
+    _rebind('mmdet.core.utils.dist_utils', 'sync_random_seed', cpu_aware,
+            ('mmdet.core.utils', 'mmdet.datasets.samplers.distributed_sampler',
+             'mmdet.datasets.samplers.infinite_sampler',
+             'mmdet.datasets.samplers.class_aware_sampler'))
+
+
+def _rebind(defining: str, name: str, cpu_aware, importers) -> None:
+    """Replaces mmdet's function ``defining.name`` with ``cpu_aware(original, module)``
+    there and in the modules that imported it by name; nothing where mmdet (or that
+    function) is not installed."""
+    try:
+        module = importlib.import_module(defining)
+    except ImportError:
+        return
+    original = getattr(module, name, None)
+    if original is None or getattr(original, 'ddp_guard_cpu_aware', False):
+        return
+    replacement = functools.wraps(original)(cpu_aware(original, module))
+    replacement.ddp_guard_cpu_aware = True
+    for user in (defining, ) + tuple(importers):
+        try:
+            user_module = importlib.import_module(user)
+        except ImportError:
+            continue
+        if getattr(user_module, name, None) is original:
+            setattr(user_module, name, replacement)

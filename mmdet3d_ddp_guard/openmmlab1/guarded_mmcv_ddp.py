@@ -1,0 +1,284 @@
+"""mmcv 1.x's ``MMDistributedDataParallel``, guarded: every one built after the import.
+
+OpenMMLab 1.x has no config line that picks the DDP wrapper: mmdet 2.x's ``train_detector``
+(through ``build_ddp``), mmdet3d 1.0.0rc's ``train.py`` and the research codebases' own
+``mmdet_train.py`` all call ``mmcv.parallel.MMDistributedDataParallel(...)``, and the
+codebases import that name at module top, before the config (and its ``custom_imports``) is
+read. So the class itself is guarded, in place: :func:`guard_mmcv_ddp` gives it a
+``__new__`` that builds a :class:`GuardedMMDistributedDataParallel` instead, whatever name
+the caller holds it by. Subclasses of it that a codebase defines are left alone.
+"""
+import logging
+import sys
+import weakref
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+from mmcv.parallel import MMDistributedDataParallel
+from mmcv.utils import Config, print_log
+
+from ..core.completion import UnusedCompletion
+from ..core.cpu_ddp import leave_gloo_cleanly_at_exit
+from ..core.ddp_compat import set_static_graph, static_graph_arguments
+from ..core.decision_policy import FIND_UNUSED, Decision, DecisionPolicy, not_given, \
+    resolve_request
+from ..core.forward_collectives import forward_collectives_warning
+from ..core.stall_guard import DEFAULT_STALL_TIMEOUT, RankPosition, StallWatchdog, \
+    check_stall_timeout
+from ..core.usage_record import ParamUsageRecord
+from .cpu_launch import CPUCompatibleMMDistributedDataParallel, ddp_arguments
+
+#: The config's own options for the guard: ``ddp_guard = dict(stall_timeout=300)``;
+#: ``enabled=False`` builds mmcv's own wrapper, unguarded (to compare, or to turn the guard
+#: off without removing the import).
+OPTIONS_KEY = 'ddp_guard'
+OPTIONS = ('stall_timeout', 'enabled')
+
+
+class GuardedMMDistributedDataParallel(CPUCompatibleMMDistributedDataParallel):
+    """mmcv 1.x's DDP wrapper, which unused parameters cannot crash or hang.
+
+    The same guard as MMEngine's :class:`~mmdet3d_ddp_guard.GuardedDDP` (read its docstring
+    for what an unused parameter is and what each mode costs), reached through the one line
+    ``custom_imports = dict(imports=['mmdet3d_ddp_guard'], allow_failed_imports=False)``:
+    every ``MMDistributedDataParallel(...)`` the training builds afterwards is one of these.
+
+    **What the config wrote wins; what it did not write is not a choice.** The training
+    scripts pass ``find_unused_parameters=cfg.get('find_unused_parameters', False)``, so the
+    False they pass when the config is silent is their default, not the user's. The config is
+    found on the call stack (the ``cfg`` the training function holds):
+
+    - not written: mode ``'complete'`` (DDP's fast path; the buckets of unreached parameters
+      completed, the optimizer kept off parameters no rank used): a model that leaves
+      parameters unused trains, as under DDP's graph search, without its cost;
+    - ``find_unused_parameters = True``: DDP's graph search, as written;
+    - ``find_unused_parameters = False``: DDP's strict fast path, on purpose: if a rank
+      leaves parameters unreached, every rank stops before the next forward with the same
+      :class:`~mmdet3d_ddp_guard.UnusedParametersError`, naming them (no hang, no
+      "Expected to have finished reduction");
+    - ``find_unused_parameters = 'auto'``: the same as not writing it.
+
+    A script that passes True itself (the config silent) gets the graph search. A script
+    that ignores the key (SparseBEV's) still gets what the config wrote.
+
+    **Where the settling runs.** In mmcv 1.x the backward and the optimizer step run in the
+    optimizer hook (``OptimizerHook``, ``GradientCumulativeOptimizerHook``,
+    ``Fp16OptimizerHook``), with no hook point between them. The loss that ``train_step``
+    returns is therefore the same tensor viewed as a subclass whose ``backward`` settles the
+    unused parameters right after autograd's backward: before gradient clipping and the
+    optimizer step, as DDP's own reduction would be. Arithmetic on it (the cumulative hook's
+    division, the fp16 hook's loss scaling) keeps that ``backward``. A hook that
+    back-propagates some other tensor is told so at the next iteration, with the fix.
+
+    **The stall guard** runs as under MMEngine (``ddp_guard = dict(stall_timeout=...)`` in
+    the config; None turns it off; 180 s by default; ``ddp_guard = dict(enabled=False)``
+    builds mmcv's own wrapper instead, unguarded): the phases it names are forward,
+    backward, settling and optimizer step (the latter until the next forward: mmcv's hooks
+    and data loading have no phase of their own here).
+
+    **CPU.** A CPU module gets no ``device_ids`` (mmdet's ``build_ddp`` passes
+    ``[LOCAL_RANK]``), and its DataContainer inputs are unwrapped as ``MMDataParallel``
+    does on the CPU.
+
+    Args:
+        module (nn.Module): The model.
+        *args, **kwargs: What the training script passes to ``MMDistributedDataParallel``
+            (torch's ``DistributedDataParallel`` arguments).
+    """
+
+    def __init__(self, module, *args, **kwargs):
+        arguments = ddp_arguments(module, args, kwargs)
+        script_value = arguments.pop('find_unused_parameters', False)
+        static_graph = arguments.pop('static_graph', False)
+        cfg = _training_config()
+        requested, source = resolve_config_request(script_value, cfg)
+        stall_timeout = guard_options(cfg).get('stall_timeout', DEFAULT_STALL_TIMEOUT)
+        policy = DecisionPolicy(requested, source, static_graph)
+        collectives_warning = forward_collectives_warning(module)
+        if collectives_warning:
+            print_log(collectives_warning, logger='mmcv', level=logging.WARNING)
+        usage_record = ParamUsageRecord(module, arguments.get('process_group'))
+        super().__init__(module, find_unused_parameters=policy.decision.mode == FIND_UNUSED,
+                         **static_graph_arguments(static_graph), **arguments)
+        set_static_graph(self, static_graph)
+        self.policy = policy
+        self.usage_record = usage_record
+        self._runner = None
+        self.completion = UnusedCompletion(self, usage_record, policy, self._runner_iteration,
+                                           _log_revision)
+        if dist.get_backend(self.process_group) == 'gloo':
+            leave_gloo_cleanly_at_exit()
+        self.stall_position = RankPosition(self.process_group)
+        self.stall_watchdog: Optional[StallWatchdog] = None
+        if stall_timeout is not None and dist.get_world_size(self.process_group) > 1:
+            self.stall_watchdog = StallWatchdog(self.stall_position, stall_timeout,
+                                                _log_stall, self.process_group)
+            self.stall_position.follow_forward_collectives(module)
+            self.stall_watchdog.start()
+        self._settling_loss = type('SettlingLoss', (SettlingLoss, ),
+                                   {'wrapper': weakref.ref(self)})
+        self._awaiting_backward = False
+        self._reduces = True
+        print_log(policy.decision.format(), logger='mmcv',
+                  level=logging.WARNING if policy.decision.warning else logging.INFO)
+
+    @property
+    def decision(self) -> Decision:
+        return self.policy.decision
+
+    def register_comm_hook(self, state, hook):
+        if self.completion.carries_counts:
+            raise RuntimeError(
+                f'mmdet3d_ddp_guard: in mode {self.decision.mode!r} the gradient all-reduce '
+                "already runs through the guard's comm hook, which carries the unused-"
+                'parameter counts. To use your own comm hook, write find_unused_parameters = '
+                'True (DDP graph search) in the config.')
+        super().register_comm_hook(state, hook)
+
+    def train_step(self, *inputs, **kwargs):
+        """mmcv's train step; the returned loss settles unused parameters in its backward."""
+        caller = sys._getframe(1).f_locals.get('self')
+        if caller is not None and hasattr(caller, 'iter') and hasattr(caller, 'call_hook'):
+            self._runner = weakref.ref(caller)  # mmcv's runner calls model.train_step
+        try:
+            if self._awaiting_backward:
+                raise RuntimeError(_NO_SETTLING_BACKWARD.format(
+                    iteration=self.completion.current_iteration() - 1))
+            self.usage_record.resolve()  # the previous iteration's per-rank detail
+            self.stall_position.start_forward(self.completion.current_iteration())
+            self.usage_record.start_iteration()
+            outputs = super().train_step(*inputs, **kwargs)
+            self._reduces = torch.is_grad_enabled() and self.require_backward_grad_sync
+            if isinstance(outputs, dict) and isinstance(outputs.get('loss'), torch.Tensor) \
+                    and outputs['loss'].requires_grad:
+                outputs['loss'] = outputs['loss'].as_subclass(self._settling_loss)
+                self._awaiting_backward = True
+        except Exception as error:
+            self._report(error)
+            raise
+        return outputs
+
+    def _after_backward(self) -> None:
+        """From the loss's ``backward``, right after autograd's."""
+        self._awaiting_backward = False
+        self.stall_position.enter('settling')
+        try:
+            self.completion.settle(self._reduces)
+        except Exception as error:
+            self._report(error)
+            raise
+        self.stall_position.enter('optimizer step')
+
+    def _report(self, error: BaseException) -> None:
+        if self.stall_watchdog is not None:
+            self.stall_watchdog.report_exception(error)
+
+    def _runner_iteration(self, own_count: int) -> int:
+        """mmcv's ``runner.iter`` (0-based, counted up after the iteration's hooks);
+        ``own_count`` outside a runner."""
+        runner = self._runner() if self._runner is not None else None
+        return own_count if runner is None else runner.iter
+
+
+class SettlingLoss(torch.Tensor):
+    """The loss ``train_step`` returns, viewed so that its ``backward`` settles the unused
+    parameters of its wrapper (a per-wrapper subclass names it in ``wrapper``) right after
+    autograd's backward. Results of arithmetic on it keep the type, so a hook's
+    ``(loss / cumulative_iters).backward()`` or ``loss_scaler.scale(loss).backward()``
+    settles too."""
+
+    wrapper = None
+
+    def backward(self, *args, **kwargs):
+        wrapper = type(self).wrapper()
+        if wrapper is not None:
+            wrapper.stall_position.enter('backward')
+        super().backward(*args, **kwargs)
+        if wrapper is not None:
+            wrapper._after_backward()
+
+
+_NO_SETTLING_BACKWARD = (
+    'mmdet3d_ddp_guard: the loss that MMDistributedDataParallel.train_step returned in '
+    'iteration {iteration} was not back-propagated through its own backward(), so the '
+    "guard could not settle that iteration's unused parameters before the optimizer step. "
+    "mmcv's optimizer hooks call runner.outputs['loss'].backward() (or a scaled or divided "
+    "loss's); a custom optimizer hook must too, instead of torch.autograd.backward(loss) or "
+    'the backward of another tensor. Or write find_unused_parameters = True in the config '
+    "(DDP's graph search, which needs no settling).")
+
+
+def guard_mmcv_ddp() -> None:
+    """Makes ``mmcv.parallel.MMDistributedDataParallel(...)`` build the guarded wrapper:
+    the class is changed in place, so the name that training modules imported at their
+    top, and mmdet's ``ddp_factory``, build it too. Idempotent."""
+    if getattr(MMDistributedDataParallel, 'ddp_guard_installed', False):
+        return
+
+    def __new__(cls, *args, **kwargs):
+        if cls is MMDistributedDataParallel:
+            if guard_options(_training_config()).get('enabled', True):
+                cls = GuardedMMDistributedDataParallel
+            elif not torch.cuda.is_available():
+                cls = CPUCompatibleMMDistributedDataParallel
+        return object.__new__(cls)
+
+    MMDistributedDataParallel.__new__ = __new__
+    MMDistributedDataParallel.ddp_guard_installed = True
+
+
+def resolve_config_request(script_value, cfg):
+    """What the user asked for, and where: the config's top-level
+    ``find_unused_parameters`` when written (whatever the script passed), True when the
+    script passed it with the config silent, else ``'auto'``."""
+    if cfg is not None and 'find_unused_parameters' in cfg:
+        requested, _ = resolve_request(not_given(), cfg['find_unused_parameters'],
+                                       built_by_runner=False)
+        return requested, 'the config (top-level find_unused_parameters)'
+    if script_value is True:
+        return True, ('the training script (MMDistributedDataParallel('
+                      'find_unused_parameters=True); the config does not write it)')
+    return resolve_request(not_given(), not_given(), built_by_runner=False)[0], (
+        'default: the config does not write find_unused_parameters (the False the training '
+        "script passes then is the script's default, not a choice)")
+
+
+def guard_options(cfg) -> dict:
+    """The config's ``ddp_guard = dict(...)``, checked."""
+    options = dict(cfg.get(OPTIONS_KEY) or {}) if cfg is not None else {}
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f'mmdet3d_ddp_guard: unknown option(s) {unknown} in the config\'s '
+                         f'{OPTIONS_KEY} = dict(...); the options are {", ".join(OPTIONS)}, '
+                         f'e.g. {OPTIONS_KEY} = dict(stall_timeout=300).')
+    if 'stall_timeout' in options:
+        check_stall_timeout(options['stall_timeout'])
+    if not isinstance(options.get('enabled', True), bool):
+        raise TypeError(f'mmdet3d_ddp_guard: {OPTIONS_KEY}.enabled must be True or False, '
+                        f'not {options["enabled"]!r}.')
+    return options
+
+
+def _training_config() -> Optional[Config]:
+    """The mmcv ``Config`` of the training that builds this wrapper: the ``cfg`` that
+    ``train_detector`` (and the codebases' ``custom_train_*``) hold on the call stack, or
+    the nearest frame's Config of any name."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        named = frame.f_locals.get('cfg')
+        if isinstance(named, Config):
+            return named
+        for value in frame.f_locals.values():
+            if isinstance(value, Config):
+                return value
+        frame = frame.f_back
+    return None
+
+
+def _log_revision(message: str) -> None:
+    print_log(message, logger='mmcv')
+
+
+def _log_stall(message: str, is_error: bool) -> None:
+    print_log(message, logger='mmcv', level=logging.ERROR if is_error else logging.WARNING)

@@ -1,0 +1,67 @@
+"""Running MMEngine's ``launcher='pytorch'`` under torchrun on a machine without CUDA.
+
+Two obstacles, both in MMEngine's Runner, neither in the model:
+
+- ``mmengine.dist.init_dist`` calls ``torch.cuda.set_device`` before it creates the process
+  group, which raises on a CPU-only torch. :func:`allow_cpu_init_dist` (called when this
+  package is imported, i.e. by ``custom_imports`` while the config is read, before the
+  Runner exists) makes that step create a gloo group instead when there is no CUDA, and
+  leaves it untouched otherwise.
+- ``Runner.wrap_model`` passes ``device_ids=[LOCAL_RANK]`` to every DDP subclass, which DDP
+  refuses for a CPU module: see :func:`log_dropped_device_ids`.
+
+A gloo rank must also not abort on its way out: see
+:func:`mmdet3d_ddp_guard.core.cpu_ddp.leave_gloo_cleanly_at_exit`, installed for every gloo
+group GuardedDDP trains on, whoever created it (this package's launch path, or the user's own
+``dist.init_process_group``).
+"""
+import functools
+
+import torch
+import torch.distributed as dist
+from mmengine.logging import print_log
+from mmengine.model import MMDistributedDataParallel
+from mmengine.registry import MODEL_WRAPPERS
+
+from ..core.cpu_ddp import drop_device_ids_for_cpu_module, leave_gloo_cleanly_at_exit
+
+
+def allow_cpu_init_dist() -> bool:
+    """Wraps MMEngine's private ``_init_dist_pytorch`` (checked on mmengine 0.10.x) so that
+    on a machine without CUDA it creates a gloo group; returns whether it did wrap it."""
+    import mmengine.dist.utils as mmengine_dist
+    original = getattr(mmengine_dist, '_init_dist_pytorch', None)
+    if original is None or getattr(original, 'ddp_guard_cpu_aware', False):
+        return False
+
+    @functools.wraps(original)
+    def init_dist_pytorch(backend, init_backend='torch', **kwargs):
+        if torch.cuda.is_available() or init_backend != 'torch':
+            return original(backend, init_backend=init_backend, **kwargs)
+        dist.init_process_group(backend='gloo', **kwargs)
+        leave_gloo_cleanly_at_exit()
+        print_log(f'mmdet3d_ddp_guard: no CUDA here; rank {dist.get_rank()} of '
+                  f'{dist.get_world_size()} uses a gloo process group (the config asked '
+                  f'for {backend!r}).', logger='current')
+
+    init_dist_pytorch.ddp_guard_cpu_aware = True
+    mmengine_dist._init_dist_pytorch = init_dist_pytorch
+    return True
+
+
+@MODEL_WRAPPERS.register_module()
+class CPUCompatibleMMDDP(MMDistributedDataParallel):
+    """Plain ``MMDistributedDataParallel``, unchanged, except that a CPU module gets no
+    ``device_ids``: the baseline that the demo and the benchmarks compare against on CPU,
+    where MMEngine's Runner cannot build the plain wrapper at all."""
+
+    def __init__(self, module, **kwargs):
+        log_dropped_device_ids(module, kwargs)
+        super().__init__(module=module, **kwargs)
+
+
+def log_dropped_device_ids(module, kwargs: dict) -> None:
+    """:func:`drop_device_ids_for_cpu_module`, said in MMEngine's log."""
+    message = drop_device_ids_for_cpu_module(module, kwargs)
+    if message is not None:
+        print_log(message, logger='current')

@@ -1,0 +1,3 @@
+# tiny_retinanet_branch.py with find_unused_parameters written as False.
+_base_ = ['./tiny_retinanet_branch.py']
+find_unused_parameters = False
