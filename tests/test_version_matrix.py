@@ -6,7 +6,7 @@ import subprocess
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CI_LEGS = ['torch1.9', 'torch1.12', 'torch2.14', 'torch1.13', 'torch2.1']
+CI_LEGS = ['openmmlab1', 'torch1.9', 'torch1.12', 'torch2.14', 'torch1.13', 'torch2.1']
 
 
 def test_ci_legs_past_the_deadline_are_left_out_loudly_in_priority_order():

@@ -5,7 +5,10 @@
 # torch 1.9.1 and 1.12.1 on Python 3.8 with mmengine 0.8.5 (the research codebases' torch,
 # and the last before 1.13), 1.13.1 on 3.8 with mmengine 0.8.0 (the oldest supported
 # MMEngine), 2.1.2 (the newest torch with mmcv 2.1 wheels) and 2.14.1 (the newest served)
-# with mmengine 0.10.7. The main stack (torch 2.13) is tested by `make test` itself.
+# with mmengine 0.10.7. The main stack (torch 2.13) is tested by `make test` itself. And
+# OpenMMLab 1.x, where the research codebases train: `openmmlab1`, Python 3.8, torch 1.12.1,
+# mmcv-full 1.7.2 compiled with its CPU ops and mmdet 2.28.2, without MMEngine, runs the
+# layout's import rules and tests/openmmlab1 (the mmcv 1.x adapter, trained for real).
 #
 # Each leg has its own venv, .venvs/LEG, created when missing (a stamp of the leg's line
 # below says it is complete); like .venv (tools/make_venv.sh) it is a link into the store
@@ -28,12 +31,12 @@ cd "$(dirname "$0")/.."
 # build the venv, then to run its tests, on a quiet 2-core machine (measured 2026-12-01;
 # docs/compatibility.md). In priority order: CI runs the legs marked yes, in this order.
 LEGS=(
+  "openmmlab1|3.8|torch==1.12.1 numpy<1.24 setuptools<70 wheel ninja pillow<10 requests|yapf==0.40.1|yes|8|6"
   "torch1.9|3.8|torch==1.9.1 mmengine==0.8.5 numpy<1.25 setuptools<70 vermin==1.9.2||yes|3|2"
   "torch1.12|3.8|torch==1.12.1 mmengine==0.8.5 numpy<1.25 setuptools<70||yes|3|2"
   "torch2.14|3.11|torch==2.14.1 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|4"
   "torch1.13|3.8|torch==1.13.1 mmengine==0.8.0 numpy<1.25 setuptools<70|yapf==0.40.1|yes|3|2"
   "torch2.1|3.11|torch==2.1.2 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|3"
-  "openmmlab1|3.8|torch==1.12.1 numpy<1.24 setuptools<70 wheel ninja pillow<10 requests||yes|8|3"
 )
 TESTS=(
   tests/test_torch_versions.py tests/test_installed_package.py tests/test_usage_record.py
@@ -43,6 +46,8 @@ TESTS=(
   'tests/test_stall_guard.py::test_a_rank_that_raises_while_the_others_wait[2_ranks]'
   'tests/test_stall_guard.py::test_a_rank_slow_outside_collectives_is_not_a_hang[2_ranks]'
 )
+# The openmmlab1 leg has no MMEngine: the layout's import rules, and its adapter's own tests.
+OPENMMLAB1_TESTS=(tests/test_layout.py tests/openmmlab1)
 
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
 
@@ -70,8 +75,23 @@ leg_is_built() {
   [ -f "$venv/.complete" ] && [ "$(cat "$venv/.complete")" = "$(stamp_of "$2" "$3" "$4")" ]
 }
 
-# The pkg_resources trap (docs/compatibility.md): with the setuptools a new torch brings,
-# mmengine's Config.fromfile cannot read a package-scoped base. Said before the fix is applied.
+# The trap a leg's documented fix is for, said before the fix is applied (docs/compatibility.md).
+report_trap() {
+  if [ "$1" = openmmlab1 ]; then report_pretty_text_trap "$2"; else report_scoped_config_trap "$2"; fi
+}
+
+# mmcv 1.x's Config.pretty_text (which mmdet 2.x's tools/train.py logs) calls yapf's
+# FormatCode(verify=...), which yapf >= 0.40.2 no longer takes.
+report_pretty_text_trap() {
+  if "$1/bin/python" -c 'from mmcv import Config; Config(dict(a=1)).pretty_text' 2>/dev/null; then
+    say "mmcv's Config.pretty_text works with the yapf pip chose"
+  else
+    say "mmcv's Config.pretty_text fails with the yapf pip chose ($("$1/bin/python" -c 'import yapf; print(yapf.__version__)'))"
+  fi
+}
+
+# The pkg_resources trap: with the setuptools a new torch brings, mmengine's Config.fromfile
+# cannot read a package-scoped base.
 report_scoped_config_trap() {
   local venv probe
   venv=$(readlink -f "$1")
@@ -131,7 +151,7 @@ make_leg_venv() {
     return 1
   fi
   if [ -n "$fix" ]; then
-    report_scoped_config_trap "$venv"
+    report_trap "$name" "$venv"
     say "$name: the README's fix for this stack: pip install '$fix'"
     $pip install -q "$fix"
   fi
@@ -187,13 +207,15 @@ for leg in "${LEGS[@]}"; do
   fi
   make_leg_venv "$name" "$python_version" "$stack" "$fix"
   if [[ " $stack " == *" vermin=="* ]] && ! check_python38 "$name"; then failed+=("vermin"); fi
-  say "$name: ${#TESTS[@]} test files and tests"
+  tests=("${TESTS[@]}")
+  if [ "$name" = openmmlab1 ]; then tests=("${OPENMMLAB1_TESTS[@]}"); fi
+  say "$name: ${#tests[@]} test files and tests"
   # From a copy of the tests only, so that `import mmdet3d_ddp_guard` finds the installed
   # package, not the checkout.
   workdir=$(mktemp -d)
   cp -r tests pytest.ini "$workdir/"
   if (cd "$workdir" && DDP_GUARD_EXPECT_INSTALLED=1 \
-      "$repo/.venvs/$name/bin/python" -m pytest "${TESTS[@]}" -p no:cacheprovider -q); then
+      "$repo/.venvs/$name/bin/python" -m pytest "${tests[@]}" -p no:cacheprovider -q); then
     say "$name: passed"
     passed+=("$name")
   else

@@ -1,7 +1,9 @@
 """Would plain DDP fail or hang on this config with N GPUs? One process, no GPU, no launcher.
 
 Simulates ``--world-size`` ranks for ``--iters`` iterations (see
-:mod:`mmdet3d_ddp_guard.openmmlab2.rank_simulation`): every iteration runs the batch that the
+:mod:`mmdet3d_ddp_guard.openmmlab2.rank_simulation` for an MMEngine config and
+:mod:`mmdet3d_ddp_guard.openmmlab1.rank_simulation` for an mmcv-full 1.x one, chosen by
+:func:`config_framework`): every iteration runs the batch that the
 config's sampler hands each rank through the real model, records which parameters each rank left
 unused and which SyncBN-type layers ran where, then steps the config's optimizer once. It
 reports, per iteration and overall, whether plain DDP (``find_unused_parameters=False``)
@@ -17,25 +19,111 @@ import argparse
 import os
 import os.path as osp
 import tempfile
-
-from mmengine.config import Config, DictAction
+from typing import Any, Mapping
 
 from ..core.ddp_outcome import HANGS, OK
-from ..reporting.ddp_prediction import plot_prediction, predict, prediction_text, write_json
 from ..core.forward_collectives import sync_norm_cfg_keys
-from ..openmmlab2.rank_simulation import RankSimulation, SimulationError
+from ..core.frameworks import installed_frameworks
+from ..core.simulated_ranks import SimulationError
+from ..reporting.ddp_prediction import plot_prediction, predict, prediction_text, write_json
 from ..reporting.usage_summary import summary_dict, summary_text, write_summary
 
 PLAIN_DDP_BREAKS = 1
 BAD_USAGE = 2
 #: Longer per-iteration tables go to a PNG in the work dir as well.
 MAX_TABLE_ROWS = 20
+#: The framework names of :func:`installed_frameworks`, one per adapter.
+MMENGINE, MMCV1 = 'mmengine', 'mmcv-full'
+#: Top-level keys only an MMEngine config has (mmcv 1.x reads neither).
+MMENGINE_MARKERS = ('optim_wrapper', 'train_dataloader', 'default_scope')
+#: mmcv 1.x's runners, named by ``runner = dict(type=...)`` in a 1.x config.
+MMCV1_RUNNERS = ('IterBasedRunner', 'EpochBasedRunner')
+#: The one line that guards an mmcv-full 1.x training (no config line picks its DDP wrapper).
+MMCV1_SETTING = "custom_imports = dict(imports=['mmdet3d_ddp_guard'], allow_failed_imports=False)"
 
 
-def run_check(cfg: Config, world_size: int, iters: int):
+def framework_of_config(cfg: Mapping[str, Any]) -> str:
+    """``'mmengine'`` or ``'mmcv-full'``: which framework's training a config is written for,
+    from its keys (for where both are installed).
+
+    MMEngine's keys (``optim_wrapper``, ``train_dataloader``, ``default_scope``, or a
+    ``train_cfg`` loop) win; else mmcv 1.x's (``optimizer_config``, ``runner`` of type
+    ``IterBasedRunner``/``EpochBasedRunner``, or ``data.train``); else MMEngine, whose
+    simulation then names the key that is missing.
+
+    Args:
+        cfg (Mapping): The config, read by either framework's ``Config``.
+    """
+    if any(key in cfg for key in MMENGINE_MARKERS):
+        return MMENGINE
+    train_cfg = cfg.get('train_cfg')
+    if isinstance(train_cfg, Mapping) and (
+            str(train_cfg.get('type', '')).endswith('TrainLoop')
+            or 'max_epochs' in train_cfg or 'max_iters' in train_cfg):
+        return MMENGINE
+    runner, data = cfg.get('runner'), cfg.get('data')
+    if 'optimizer_config' in cfg \
+            or isinstance(runner, Mapping) and runner.get('type') in MMCV1_RUNNERS \
+            or isinstance(data, Mapping) and 'train' in data:
+        return MMCV1
+    return MMENGINE
+
+
+def config_framework(path: str) -> str:
+    """The framework whose adapter simulates the config at ``path``: the installed one when
+    only one is (each reads only its own configs); where both are, the one
+    :func:`framework_of_config` reads from the config's keys.
+
+    Args:
+        path (str): The config file.
+    """
+    installed = installed_frameworks()
+    if len(installed) == 1:
+        return next(iter(installed))
+    from mmengine.config import Config
+    # The keys alone decide: the config's custom imports may be the other framework's.
+    return framework_of_config(Config.fromfile(path, import_custom_modules=False))
+
+
+def load_config(path: str, framework: str):
+    """The config at ``path`` read by ``framework``'s ``Config`` (custom imports done)."""
+    if framework == MMCV1:
+        from mmcv import Config
+    else:
+        from mmengine.config import Config
+    return Config.fromfile(path)
+
+
+def _simulation_class(framework: str):
+    # Imported here, so that the command works where only one framework is installed.
+    if framework == MMCV1:
+        from ..openmmlab1.rank_simulation import RankSimulation
+    else:
+        from ..openmmlab2.rank_simulation import RankSimulation
+    return RankSimulation
+
+
+def _dict_action():
+    """``--cfg-options``' action: MMEngine's where installed, else mmcv 1.x's (the same
+    ``key=value`` syntax)."""
+    if MMENGINE in installed_frameworks():
+        from mmengine.config import DictAction
+    else:
+        from mmcv import DictAction
+    return DictAction
+
+
+def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE):
     """Simulates ``world_size`` ranks for ``iters`` iterations of ``cfg``; returns the
-    simulation, the usage summary and the prediction."""
-    simulation = RankSimulation(cfg, world_size)
+    simulation, the usage summary and the prediction.
+
+    Args:
+        cfg (Config): The training config, read by ``framework``'s ``Config``.
+        world_size (int): Number of simulated ranks.
+        iters (int): Iterations to simulate.
+        framework (str): ``'mmengine'`` or ``'mmcv-full'`` (:func:`config_framework`).
+    """
+    simulation = _simulation_class(framework)(cfg, world_size)
     iterations = simulation.run(iters)
     record = simulation.record
     prediction = predict(record.table, iterations, world_size, simulation.collectives.types,
@@ -47,14 +135,28 @@ def run_check(cfg: Config, world_size: int, iters: int):
     summary['verdict'].update(plain_ddp_fails=plain['outcome'] != OK,
                               plain_ddp_outcome=plain['outcome'],
                               plain_ddp_first_failure_iteration=plain['first_iteration'])
+    if framework == MMCV1:
+        # The import alone guards mmcv 1.x's DDP: model_wrapper_cfg is MMEngine's.
+        summary['verdict']['recommended_setting'] = MMCV1_SETTING
     return simulation, summary, prediction
 
 
-def report(summary: dict, prediction: dict, table) -> str:
+def report(summary: dict, prediction: dict, table, framework: str = MMENGINE) -> str:
+    """The text the command prints: the summary, the prediction and the config advice.
+
+    Args:
+        summary (dict): :func:`summary_dict`'s, as :func:`run_check` returns it.
+        prediction (dict): :func:`predict`'s, as :func:`run_check` returns it.
+        table (ParamTable): The names of the parameter ids.
+        framework (str): The config's framework (:func:`config_framework`).
+    """
     lines = ['', '=' * 78, summary_text(summary), '',
              prediction_text(prediction, table, max_rows=MAX_TABLE_ROWS)]
     if not prediction['seed_from_config']:
-        lines.append(f'The config sets no randomness.seed, so a shuffling sampler orders the '
+        # Where each framework's training takes the seed from.
+        where = 'no seed (tools/train.py --seed sets cfg.seed)' if framework == MMCV1 \
+            else 'no randomness.seed'
+        lines.append(f'The config sets {where}, so a shuffling sampler orders the '
                      f'data differently in every run; this prediction used seed '
                      f'{prediction["seed"]}.')
     if prediction['plain_ddp']['outcome'] == HANGS:
@@ -62,8 +164,13 @@ def report(summary: dict, prediction: dict, table) -> str:
                   'prevent that hang. Then, for the unused parameters, add to your config:']
     else:
         lines += ['', 'Add to your config:']
+    if framework == MMCV1:
+        lines += [f'    {MMCV1_SETTING}',
+                  '(it guards every MMDistributedDataParallel the training builds), and '
+                  'delete any top-level `find_unused_parameters = ...` line.', '=' * 78]
+        return '\n'.join(lines)
     lines += [
-        "    custom_imports = dict(imports=['mmdet3d_ddp_guard'], allow_failed_imports=False)",
+        f'    {MMCV1_SETTING}',
         f'    {summary["verdict"]["recommended_setting"]}',
         "    custom_hooks = [dict(type='UnusedParamsHook')]  # optional: per-iteration report",
         '(or inherit configs/_base_/ddp_guard.py), and delete any top-level '
@@ -83,7 +190,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='draw iterations x ranks (unused, fails, hangs) into this PNG')
     parser.add_argument('--work-dir', default=None,
                         help='where the summary files go (default: a temporary folder)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+    parser.add_argument('--cfg-options', nargs='+', action=_dict_action(), default={},
                         help='key=value overrides, as in tools/train.py')
 
 
@@ -108,15 +215,17 @@ def main(args: argparse.Namespace) -> int:
     if problem:
         print(f'check: {problem}')
         return BAD_USAGE
-    cfg = Config.fromfile(args.config)
+    framework = config_framework(args.config)
+    cfg = load_config(args.config, framework)
     cfg.merge_from_dict(args.cfg_options)
     try:
-        simulation, summary, prediction = run_check(cfg, args.world_size, args.iters)
+        simulation, summary, prediction = run_check(cfg, args.world_size, args.iters,
+                                                    framework)
     except SimulationError as error:
         print(f'check: {error}')
         return BAD_USAGE
     table = simulation.record.table
-    print(report(summary, prediction, table))
+    print(report(summary, prediction, table, framework))
     work_dir = args.work_dir or tempfile.mkdtemp(prefix='ddp_guard_check_')
     os.makedirs(work_dir, exist_ok=True)
     history = [dict(iter=it.iteration, unused_per_rank=[list(ids) for ids in it.unused_per_rank])

@@ -1,4 +1,6 @@
-"""Starting MMDetection3D's own ``tools/train.py`` under torchrun, as a user would."""
+"""Starting a training script under torchrun, as a user would: MMDetection3D's own
+``tools/train.py`` by default, or any script that takes ``CONFIG --launcher pytorch
+--work-dir DIR [--cfg-options ...]`` (mmdet 2.x's ``tools/train.py``, a codebase's)."""
 import glob
 import os
 import os.path as osp
@@ -72,7 +74,8 @@ def torchrun_train(config: str, work_dir: str, nproc: int = 2,
                    env: Optional[dict] = None,
                    stop_when: Optional[Callable[[], bool]] = None,
                    torchrun_args: Optional[Sequence[str]] = None,
-                   train_args: Sequence[str] = ()) -> TrainRun:
+                   train_args: Sequence[str] = (),
+                   script: Optional[str] = None) -> TrainRun:
     """``torchrun --nproc_per_node N mmdet3d/tools/train.py CONFIG --launcher pytorch``.
 
     Output of all ranks is captured; a run that exceeds ``timeout`` is killed and reported
@@ -86,11 +89,13 @@ def torchrun_train(config: str, work_dir: str, nproc: int = 2,
             ``--nproc_per_node`` (e.g. ``--nnodes``, ``--rdzv-endpoint``,
             ``--max-restarts``). Defaults to a free ``--master_port`` on this machine.
         train_args (list[str]): More options of ``tools/train.py`` (e.g. ``--resume``).
+        script (str, optional): The training script. Defaults to mmdet3d's
+            ``tools/train.py``.
     """
     if torchrun_args is None:
         torchrun_args = [f'--master_port={free_port()}']
     command = [sys.executable, '-m', 'torch.distributed.run', f'--nproc_per_node={nproc}',
-               *torchrun_args, mmdet3d_train_script(), config,
+               *torchrun_args, script or mmdet3d_train_script(), config,
                '--launcher', 'pytorch', '--work-dir', work_dir, *train_args]
     if cfg_options:
         command += ['--cfg-options', *cfg_options]

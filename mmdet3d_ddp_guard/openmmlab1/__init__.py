@@ -15,8 +15,9 @@ check_mmcv_full(mmcv.__version__)
 
 from .cpu_launch import allow_cpu_training  # noqa: E402
 from .guarded_mmcv_ddp import GuardedMMDistributedDataParallel, guard_mmcv_ddp  # noqa: E402
+from .unused_params_hook import UnusedParamsHook  # noqa: E402
 
 guard_mmcv_ddp()
 allow_cpu_training()
 
-__all__ = ['GuardedMMDistributedDataParallel']
+__all__ = ['GuardedMMDistributedDataParallel', 'UnusedParamsHook']

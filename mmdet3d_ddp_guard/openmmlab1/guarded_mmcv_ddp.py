@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 from mmcv.parallel import MMDistributedDataParallel
+from mmcv.runner import BaseRunner, Fp16OptimizerHook
 from mmcv.utils import Config, print_log
 
 from ..core.completion import UnusedCompletion
@@ -118,7 +119,8 @@ class GuardedMMDistributedDataParallel(CPUCompatibleMMDistributedDataParallel):
             self.stall_watchdog.start()
         self._settling_loss = type('SettlingLoss', (SettlingLoss, ),
                                    {'wrapper': weakref.ref(self)})
-        self._awaiting_backward = False
+        # The iteration whose returned loss has not been back-propagated yet.
+        self._awaiting_backward: Optional[int] = None
         self._reduces = True
         print_log(policy.decision.format(), logger='mmcv',
                   level=logging.WARNING if policy.decision.warning else logging.INFO)
@@ -138,13 +140,15 @@ class GuardedMMDistributedDataParallel(CPUCompatibleMMDistributedDataParallel):
 
     def train_step(self, *inputs, **kwargs):
         """mmcv's train step; the returned loss settles unused parameters in its backward."""
-        caller = sys._getframe(1).f_locals.get('self')
-        if caller is not None and hasattr(caller, 'iter') and hasattr(caller, 'call_hook'):
-            self._runner = weakref.ref(caller)  # mmcv's runner calls model.train_step
+        if self._runner is None:
+            caller = sys._getframe(1).f_locals.get('self')
+            if isinstance(caller, BaseRunner):  # mmcv's runners call model.train_step
+                self._runner = weakref.ref(caller)
+                self._refuse_fp16_on_the_cpu(caller)
         try:
-            if self._awaiting_backward:
+            if self._awaiting_backward is not None:
                 raise RuntimeError(_NO_SETTLING_BACKWARD.format(
-                    iteration=self.completion.current_iteration() - 1))
+                    iteration=self._awaiting_backward))
             self.usage_record.resolve()  # the previous iteration's per-rank detail
             self.stall_position.start_forward(self.completion.current_iteration())
             self.usage_record.start_iteration()
@@ -153,15 +157,25 @@ class GuardedMMDistributedDataParallel(CPUCompatibleMMDistributedDataParallel):
             if isinstance(outputs, dict) and isinstance(outputs.get('loss'), torch.Tensor) \
                     and outputs['loss'].requires_grad:
                 outputs['loss'] = outputs['loss'].as_subclass(self._settling_loss)
-                self._awaiting_backward = True
+                self._awaiting_backward = self.completion.current_iteration()
         except Exception as error:
             self._report(error)
             raise
         return outputs
 
+    def _refuse_fp16_on_the_cpu(self, runner) -> None:
+        if self.device_ids or not any(isinstance(hook, Fp16OptimizerHook)
+                                      for hook in runner.hooks):
+            return
+        raise RuntimeError(
+            "mmdet3d_ddp_guard: mmcv's Fp16OptimizerHook needs CUDA: its auto_fp16 casts the "
+            "model's inputs to half precision, which CPU convolutions do not run, and its "
+            'loss scaler is torch.cuda.amp\'s. The model is on the CPU here: remove fp16 = '
+            'dict(...) from the config to train in float32 on the CPU, or train on GPUs.')
+
     def _after_backward(self) -> None:
         """From the loss's ``backward``, right after autograd's."""
-        self._awaiting_backward = False
+        self._awaiting_backward = None
         self.stall_position.enter('settling')
         try:
             self.completion.settle(self._reduces)

@@ -14,12 +14,10 @@ per-rank randomness of augmentation (one random stream feeds all simulated ranks
 statistics synchronisation and DDP's buffer broadcast (one copy of the running statistics),
 and a model that overrides ``train_step``.
 """
-import contextlib
 import copy
 import sys
 import time
-from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from mmengine.config import Config
 from mmengine.device import get_device
@@ -29,16 +27,12 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DATA_SAMPLERS, DATASETS, MODELS, init_default_scope
 from mmengine.runner import Runner, set_random_seed
 
-from ..core.forward_collectives import ForwardCollectiveCounter
-from ..core.usage_record import IterationUsage, ParamUsageRecord
+from ..core.simulated_ranks import (SimulatedRanks, SimulationError, dist_info_of,
+                                    endless_batches)
 from ..reporting.ddp_prediction import SimulatedIteration
 
 
-class SimulationError(ValueError):
-    """The config cannot be simulated (bad usage: the message names the key and the fix)."""
-
-
-class RankSimulation:
+class RankSimulation(SimulatedRanks):
     """Builds the config's model, optimizer and per-rank data, and runs iterations.
 
     The parts are built as MMEngine's Runner builds them (default scope, seed, model,
@@ -55,7 +49,6 @@ class RankSimulation:
             if not cfg.get(key):
                 raise SimulationError(f'the config has no {key}; the simulation builds the '
                                       "config's own model, data and optimizer.")
-        self.world_size = world_size
         init_default_scope(cfg.get('default_scope') or 'mmengine')
         randomness = dict(cfg.get('randomness') or {})
         self.seed_given = randomness.get('seed') is not None
@@ -68,58 +61,31 @@ class RankSimulation:
         if hasattr(self.model, 'init_weights'):
             self.model.init_weights()
         self.optim_wrapper = build_optim_wrapper(self.model, copy.deepcopy(cfg.optim_wrapper))
-        self.record = ParamUsageRecord(self.model)
-        self.collectives = ForwardCollectiveCounter(self.model)
+        super().__init__(self.model, world_size)
         self.loaders = rank_dataloaders(cfg.train_dataloader, world_size, self.seed,
                                         randomness.get('diff_rank_seed', False))
-        self._batches = [_endless(loader) for loader in self.loaders]
-        self.iterations: List[SimulatedIteration] = []
-
-    def run(self, iters: int) -> List[SimulatedIteration]:
-        """Simulates ``iters`` more iterations; returns all simulated so far."""
-        for _ in range(iters):
-            self.iterations.append(self.step(len(self.iterations)))
-        return self.iterations
+        self._batches = [endless_batches(loader) for loader in self.loaders]
 
     def step(self, iteration: int) -> SimulatedIteration:
+        """Simulates iteration ``iteration`` on every rank and takes the optimizer step."""
         model, optim_wrapper = self.model, self.optim_wrapper
         # Models that read the iteration (as runner.iter) find it where RuntimeInfoHook
         # puts it.
         self.message_hub.update_info('iter', iteration)
         model.train()
-        unused, unreached, calls = [], [], []
-        summed: Dict = {}
-        for batches in self._batches:
-            self.record.start_iteration()
-            self.collectives.start_rank()
+
+        def run_rank(batch):
             with optim_wrapper.optim_context(model):
-                data = model.data_preprocessor(next(batches), True)
+                data = model.data_preprocessor(batch, True)
                 losses = model._run_forward(data, mode='loss')
             loss, _ = model.parse_losses(losses)
             # DDP averages gradients over ranks: each rank contributes 1/N of its own.
             optim_wrapper.backward(loss / self.world_size)
-            unused.append(self.record.local_unused())
-            unreached.append(self.record.local_unreached())
-            calls.append(self.collectives.calls())
-            # Each rank starts from no gradient, as a real rank does: the record can then
-            # tell a gradient a custom Function left undefined from one it produced.
-            for param in self.record.table.params:
-                if param.grad is not None:
-                    summed[param] = param.grad + summed[param] if param in summed \
-                        else param.grad
-                    param.grad = None
-        for param, grad in summed.items():
-            param.grad = grad
+
+        simulated = self.run_iteration(iteration, self._batches, run_rank)
         optim_wrapper.step()
         optim_wrapper.zero_grad()
-        per_rank = tuple(unused)
-        self.record.statistics.update(IterationUsage(iteration, 0, per_rank[0], per_rank,
-                                                     sum(map(bool, unreached))))
-        return SimulatedIteration(
-            iteration, per_rank,
-            {name: [rank_calls[name] for rank_calls in calls]
-             for name in self.collectives.types},
-            tuple(unreached))
+        return simulated
 
 
 def rank_dataloaders(dataloader_cfg: Dict, world_size: int, seed: int,
@@ -170,7 +136,7 @@ def build_sampler_as_rank(sampler_cfg: Dict, dataset, seed: Optional[int], rank:
     module = sys.modules[sampler_type.__module__]
     if not callable(getattr(module, 'get_dist_info', None)):
         raise SimulationError(_unshardable(sampler_type))
-    with _dist_info_of(module, rank, world_size):
+    with dist_info_of(module, rank, world_size):
         sampler = DATA_SAMPLERS.build(sampler_cfg,
                                       default_args=dict(dataset=dataset, seed=seed))
     if (getattr(sampler, 'rank', None), getattr(sampler, 'world_size', None)) != (rank,
@@ -184,25 +150,3 @@ def _unshardable(sampler_type) -> str:
             "get_dist_info(), so its shard per rank cannot be simulated; use MMEngine's "
             "DefaultSampler or InfiniteSampler, e.g. sampler=dict(type='DefaultSampler', "
             'shuffle=True).')
-
-
-@contextlib.contextmanager
-def _dist_info_of(module, rank: int, world_size: int):
-    original = module.get_dist_info
-    module.get_dist_info = lambda *args, **kwargs: (rank, world_size)
-    try:
-        yield
-    finally:
-        module.get_dist_info = original
-
-
-def _endless(loader) -> Iterator:
-    """Batches as the train loops hand them out: epoch after epoch, with the sampler's
-    epoch set as DistSamplerSeedHook and the iteration-based loop set it."""
-    epoch = 0
-    while True:
-        sampler = getattr(loader.batch_sampler, 'sampler', loader.sampler)
-        if hasattr(sampler, 'set_epoch'):
-            sampler.set_epoch(epoch)
-        yield from loader
-        epoch += 1

@@ -1,0 +1,211 @@
+"""mmcv 1.x's :class:`UnusedParamsHook`: MMEngine's hook, on mmcv's runners."""
+import functools
+from typing import Optional
+
+from mmcv.parallel import is_module_wrapper
+from mmcv.runner import HOOKS, BaseRunner, CheckpointHook, Hook, LoggerHook, OptimizerHook, \
+    get_dist_info
+
+from ..core.usage_record import IterationUsage, ParamUsageRecord
+from ..reporting.usage_report import CHECKPOINT_KEY, UsageReport, check_options, \
+    plain_ddp_fast_path
+from .guarded_mmcv_ddp import GuardedMMDistributedDataParallel
+
+#: The runner attribute that keeps the ``meta`` of the checkpoint it loaded last.
+LOADED_META = 'ddp_guard_loaded_meta'
+
+
+@HOOKS.register_module()
+class UnusedParamsHook(Hook):
+    """Reports which parameters went unused in every training iteration, on every rank,
+    under mmcv-full 1.x's runners (``IterBasedRunner``, ``EpochBasedRunner``):
+    ``custom_hooks = [dict(type='UnusedParamsHook', interval=50)]``.
+
+    It logs and writes what MMEngine's hook does, through the same
+    :class:`~mmdet3d_ddp_guard.reporting.usage_report.UsageReport` (read
+    :class:`mmdet3d_ddp_guard.openmmlab2.hooks.unused_params_hook.UnusedParamsHook` for
+    the files and their fault tolerance): the names when the unused set appears or changes
+    and every ``interval`` iterations, ``<prefix>_table.json``, ``<prefix>.jsonl``, and
+    after training ``<prefix>_summary.{txt,json,png}``;
+    ``python -m mmdet3d_ddp_guard summarize WORK_DIR`` reads them.
+
+    What is mmcv's here:
+
+    - **Which record.** Under :class:`GuardedMMDistributedDataParallel` (the guard's
+      ``custom_imports`` line) it reads the wrapper's ``usage_record``: one set of autograd
+      hooks, the per-rank detail on DDP's buckets, no collective of its own; a stall that
+      ends the run writes the summary first. Under any other wrapper (mmcv's own DDP with
+      ``ddp_guard = dict(enabled=False)``, ``MMDataParallel``) it installs a record on
+      ``runner.model.module`` and the ranks exchange their masks at the log lines of
+      ``LoggerHook``, at ``CheckpointHook``'s iteration checkpoints, at the end of each
+      epoch and of training. Under plain DDP with ``find_unused_parameters=False`` a rank
+      that left parameters unreached stops with :class:`UnusedParametersError`.
+    - **The log line.** ``runner.log_buffer.update({'unused_params': n})`` for every
+      resolved iteration (``n``: parameters unused on at least one rank), in
+      ``after_train_iter``, so mmcv's ``LoggerHook`` (priority VERY_LOW) averages it over
+      its window like the losses: ``unused_params: 3.0000``.
+    - **Priority.** mmcv's ``CheckpointHook`` saves in ``after_train_iter`` at NORMAL, and
+      a custom hook of NORMAL priority runs after it. So that the checkpoint holds the
+      counts of the iteration it is saved at, the hook moves itself, in ``before_run``, to
+      just before the first ``CheckpointHook`` (logged), when no optimizer hook (they
+      back-propagate in ``after_train_iter``) would then run after it.
+    - **Checkpoints.** mmcv 1.x has no ``before_save_checkpoint``: the hook keeps the
+      statistics in ``runner.meta['unused_params']``, which ``runner.save_checkpoint``
+      writes into every checkpoint's ``meta``. On resume it reads them from the checkpoint
+      the runner loaded: ``EpochBasedRunner.resume`` makes the checkpoint's meta
+      ``runner.meta``, but ``IterBasedRunner.resume`` keeps only its epoch and iteration,
+      so importing this module makes ``BaseRunner.load_checkpoint`` (which every resume and
+      ``load_from`` go through) keep the loaded meta on the runner as
+      ``ddp_guard_loaded_meta``. A resumed run is one whose ``runner.iter`` is past 0 at
+      ``before_run``; a ``load_from`` starts new counts, as under MMEngine.
+
+    Args:
+        interval (int): Log the names every ``interval`` iterations while some are unused.
+            Defaults to 50.
+        out_dir (str, optional): Where the files go. Defaults to the runner's ``work_dir``.
+        max_modules_in_log (int): Modules listed per group in a log message before the rest
+            is summarised. Defaults to 12.
+        plot (bool): Write the PNG (needs matplotlib). Defaults to True.
+        file_prefix (str): Prefix of the files. Defaults to ``'unused_params'``.
+    """
+
+    # No class attribute ``priority``: mmcv's register_hook refuses hooks that have one.
+
+    def __init__(self,
+                 interval: int = 50,
+                 out_dir: Optional[str] = None,
+                 max_modules_in_log: int = 12,
+                 plot: bool = True,
+                 file_prefix: str = 'unused_params',
+                 **unknown):
+        check_options(interval, max_modules_in_log, unknown)
+        self.interval = interval
+        self.out_dir = out_dir
+        self.max_modules_in_log = max_modules_in_log
+        self.plot = plot
+        self.file_prefix = file_prefix
+        self.record: Optional[ParamUsageRecord] = None
+        self.report: Optional[UsageReport] = None
+        self._state_stale = False
+
+    def before_run(self, runner) -> None:
+        model = runner.model
+        guarded = isinstance(model, GuardedMMDistributedDataParallel)
+        if guarded:
+            self.record = model.usage_record
+        else:
+            self.record = ParamUsageRecord(model.module if is_module_wrapper(model) else model)
+        self._runner = runner
+        self.out_dir = self.out_dir or runner.work_dir
+        # Under mmcv's DDP no no_sync() runs (GradientCumulativeOptimizerHook reduces every
+        # micro-step), so MMEngine's warning about the graph search's accumulation is moot.
+        self.report = UsageReport(
+            self.record, self.out_dir, runner.logger, self.file_prefix, self.interval,
+            self.max_modules_in_log, self.plot, main_process=get_dist_info()[0] == 0,
+            drives_record=not guarded,
+            stops_unreached=not guarded and plain_ddp_fast_path(model))
+        if guarded and model.stall_watchdog is not None:
+            # A stall that ends the run leaves through os._exit: no after_run.
+            model.stall_watchdog.add_exit_callback(self.report.write_summary)
+        self.record.add_listener(self._on_usage)
+        # mmcv's runners count from 0 unless runner.resume set epoch and iter.
+        resumed = runner.iter > 0
+        self.report.prepare_out_dir(fresh=not resumed)
+        loaded = getattr(runner, LOADED_META, None)
+        if loaded is None and resumed:
+            loaded = runner.meta  # a runner whose load_checkpoint kept nothing
+        if loaded is not None or resumed:
+            self.report.restore((loaded or {}).get(CHECKPOINT_KEY), runner.iter, resumed)
+        if runner.meta is None:
+            runner.meta = {}  # save_checkpoint writes runner.meta only when it is a dict
+        self._state_stale = True
+        self._store_state(runner)
+        self._run_before_checkpoint_hooks(runner)
+
+    def _run_before_checkpoint_hooks(self, runner) -> None:
+        hooks = runner._hooks  # mmcv's priority-sorted list, which call_hook walks
+        mine = hooks.index(self)
+        first = next((i for i, hook in enumerate(hooks[:mine])
+                      if isinstance(hook, CheckpointHook)), None)
+        if first is None:
+            return
+        if any(isinstance(hook, OptimizerHook) for hook in hooks[first:mine]):
+            runner.logger.warning(
+                'UnusedParamsHook: an optimizer hook runs after CheckpointHook here, so this '
+                'hook stays after both: a checkpoint misses the counts of the iteration it is '
+                'saved at, and a run resumed from it counts that iteration once less.')
+            return
+        # Safe while call_hook('before_run') walks the list at our index: the hooks moved one
+        # place on have had their before_run, the ones after us keep their index.
+        hooks.insert(first, hooks.pop(mine))
+        self.priority = hooks[first + 1].priority  # the list stays sorted for register_hook
+        runner.logger.info(
+            'UnusedParamsHook: runs just before CheckpointHook (not after it, as its priority '
+            'would have it), so that checkpoints hold the counts of the iteration they are '
+            'saved at.')
+
+    def before_train_iter(self, runner) -> None:
+        self.report.start_iteration()
+
+    def after_train_iter(self, runner) -> None:
+        self.report.end_iteration(runner.iter, self._exchange_due(runner))
+        self._store_state(runner)
+
+    def _exchange_due(self, runner) -> bool:
+        """At LoggerHook's log lines, at CheckpointHook's iteration checkpoints (saved by rank
+        0 alone, so the exchange must come first, here), at the end of an epoch and of
+        training: the same iterations on every rank."""
+        if self.end_of_epoch(runner) or self.is_last_iter(runner):
+            return True
+        for hook in runner.hooks:
+            if isinstance(hook, LoggerHook) and (self.every_n_inner_iters(runner, hook.interval)
+                                                 or self.every_n_iters(runner, hook.interval)):
+                return True
+            if (isinstance(hook, CheckpointHook) and not hook.by_epoch
+                    and self.every_n_iters(runner, hook.interval)):
+                return True
+        return False
+
+    def _on_usage(self, usage: IterationUsage, changed: bool) -> None:
+        """Every iteration once its per-rank detail is known (the record's listener)."""
+        runner = self._runner
+        runner.log_buffer.update({'unused_params': len(usage.unused_on_any_rank)})
+        self.report.report(usage, changed, runner.epoch)
+        self._state_stale = True
+
+    def _store_state(self, runner) -> None:
+        # Only when an iteration was counted since: the state is O(parameters) to build.
+        if self._state_stale and isinstance(runner.meta, dict):
+            runner.meta[CHECKPOINT_KEY] = self.report.state_dict()
+            self._state_stale = False
+
+    def after_train_epoch(self, runner) -> None:
+        self.record.exchange()  # before an epoch checkpoint; a no-op when nothing is open
+        self._store_state(runner)
+
+    def after_run(self, runner) -> None:
+        self.report.finish()
+
+
+def keep_loaded_checkpoint_meta() -> None:
+    """Makes ``BaseRunner.load_checkpoint`` keep the loaded checkpoint's ``meta`` on the
+    runner (:data:`LOADED_META`): ``IterBasedRunner.resume`` drops it, and the hook's
+    statistics are in it. Idempotent."""
+    if getattr(BaseRunner.load_checkpoint, 'keeps_meta', False):
+        return
+    load_checkpoint = BaseRunner.load_checkpoint
+
+    @functools.wraps(load_checkpoint)
+    def keeping_meta(self, *args, **kwargs):
+        checkpoint = load_checkpoint(self, *args, **kwargs)
+        meta = checkpoint.get('meta') if isinstance(checkpoint, dict) else None
+        setattr(self, LOADED_META, meta if isinstance(meta, dict) else {})
+        return checkpoint
+
+    keeping_meta.keeps_meta = True
+    BaseRunner.load_checkpoint = keeping_meta
+
+
+# At import, before any runner resumes: the config's custom_imports (or the train script's
+# import) loads this module long before train_detector calls runner.resume.
+keep_loaded_checkpoint_meta()

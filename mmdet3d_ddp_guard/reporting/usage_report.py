@@ -1,0 +1,259 @@
+"""What :class:`UnusedParamsHook` does with a usage record, whatever the framework.
+
+Both hooks (MMEngine's in :mod:`mmdet3d_ddp_guard.openmmlab2.hooks.unused_params_hook`,
+mmcv 1.x's in :mod:`mmdet3d_ddp_guard.openmmlab1.unused_params_hook`) compose one
+:class:`UsageReport`; they only find the record, call it at their runner's hook points and
+carry ``unused_params`` to their log line and the statistics to their checkpoints. Files,
+messages and the checkpoint state are therefore the same under both frameworks, and
+``python -m mmdet3d_ddp_guard summarize WORK_DIR`` reads either run.
+"""
+import os
+import textwrap
+from typing import Dict, List, Optional
+
+from torch.nn.parallel import DistributedDataParallel
+
+from ..core.errors import unused_parameters_error
+from ..core.usage_record import IterationUsage, ParamUsageRecord
+from .usage_history import HistoryFile, history_path, read_history, table_path, write_table
+from .usage_summary import summary_dict, summary_text, write_summary
+
+#: The checkpoint's ``meta`` key of the statistics (``UsageStatistics.state_dict``).
+CHECKPOINT_KEY = 'unused_params'
+#: The hook's options, named in its errors.
+OPTIONS = ('interval', 'out_dir', 'max_modules_in_log', 'plot', 'file_prefix')
+
+
+def check_options(interval, max_modules_in_log, unknown: Dict) -> None:
+    """The hook's options, checked as both hooks' constructors take them."""
+    if unknown:
+        raise TypeError(
+            f'UnusedParamsHook: unknown option(s) {sorted(unknown)}; the options are '
+            f'{", ".join(OPTIONS)}.')
+    for name, value in (('interval', interval), ('max_modules_in_log', max_modules_in_log)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f'UnusedParamsHook: {name} must be a positive integer, not '
+                             f'{value!r}; e.g. {name}=50.')
+
+
+def plain_ddp_fast_path(model) -> bool:
+    """Whether ``model`` is torch's DDP (or a subclass) on its fast path, where an unreached
+    parameter dooms the run and a gather across ranks would hang behind DDP's unfinished
+    all-reduce."""
+    return (isinstance(model, DistributedDataParallel) and not model.find_unused_parameters
+            and not getattr(model, 'static_graph', False))
+
+
+class UsageReport:
+    """The logging, files, summary and checkpoint state of :class:`UnusedParamsHook`.
+
+    Read the MMEngine hook's docstring for what is logged and written; this class does it
+    for a hook that tells it when iterations start and end. It imports no framework.
+
+    Args:
+        record (ParamUsageRecord): The record to read (the wrapper's, or one of its own).
+        out_dir (str): Where the files go.
+        logger (logging.Logger): Anything with ``info`` and ``warning``; the runner's.
+        prefix (str): Prefix of the files. Defaults to ``'unused_params'``.
+        interval (int): Log the names every ``interval`` iterations while some are unused.
+        max_modules_in_log (int): Modules listed per group in a log message.
+        plot (bool): Write the PNG (needs matplotlib).
+        main_process (bool): Whether this process writes the files (global rank 0); the
+            others only log. Defaults to True.
+        drives_record (bool): Whether the hook owns ``record`` and so starts and ends its
+            iterations (no GuardedDDP did). Defaults to False.
+        stops_unreached (bool): Stop with :class:`UnusedParametersError` when this rank
+            left parameters unreached (the hook's own record under plain DDP's fast path,
+            see :func:`plain_ddp_fast_path`). Defaults to False.
+    """
+
+    def __init__(self,
+                 record: ParamUsageRecord,
+                 out_dir: str,
+                 logger,
+                 prefix: str = 'unused_params',
+                 interval: int = 50,
+                 max_modules_in_log: int = 12,
+                 plot: bool = True,
+                 main_process: bool = True,
+                 drives_record: bool = False,
+                 stops_unreached: bool = False):
+        self.record = record
+        self.out_dir = out_dir
+        self.logger = logger
+        self.prefix = prefix
+        self.interval = interval
+        self.max_modules_in_log = max_modules_in_log
+        self.plot = plot
+        self.main_process = main_process
+        self.drives_record = drives_record
+        self.stops_unreached = stops_unreached
+        self.history = HistoryFile(history_path(out_dir, prefix), logger)
+
+    # -- the run's start ----------------------------------------------------------------
+
+    def prepare_out_dir(self, fresh: bool) -> None:
+        """Writes the table and starts the per-iteration file (emptied when ``fresh``); an
+        out_dir that cannot be written is the one error (a configuration mistake)."""
+        if not self.main_process:
+            return
+        try:
+            os.makedirs(self.out_dir, exist_ok=True)
+            write_table(table_path(self.out_dir, self.prefix),
+                        [self.record.table.describe(i) for i in range(len(self.record.table))])
+            self.history.start(fresh=fresh)
+        except OSError as error:
+            raise OSError(f'UnusedParamsHook: cannot write to out_dir={self.out_dir!r} '
+                          f'({error.strerror}); pass a writable out_dir, or fix the work '
+                          'dir\'s permissions.') from error
+
+    def state_dict(self) -> Dict:
+        """What a checkpoint keeps under ``meta[CHECKPOINT_KEY]``."""
+        return self.record.statistics.state_dict()
+
+    def restore(self, state: Optional[Dict], resumed_iter: int, resumed: bool = True) -> None:
+        """After a checkpoint was loaded: ``state`` is its ``meta[CHECKPOINT_KEY]`` (None
+        when absent), ``resumed_iter`` the iteration the run goes on at; a ``load_from``
+        (``resumed=False``) starts new counts."""
+        if not resumed:
+            if state is not None:
+                self.logger.info('UnusedParamsHook: load_from starts a new run from the '
+                                 "checkpoint's weights; its unused-parameter statistics are "
+                                 'not carried over.')
+            return
+        num_params = len(self.record.table)
+        if state is not None and state['num_params'] != num_params:
+            # A layer added, removed, frozen or unfrozen since the checkpoint: the old counts
+            # and the file's ids belong to another parameter table.
+            self.logger.warning(
+                f'UnusedParamsHook: the checkpoint\'s statistics count {state["num_params"]} '
+                f'trainable parameters but this model has {num_params}; the statistics start '
+                f'fresh at iteration {resumed_iter}, so the summary covers the resumed part '
+                f'only.{self._set_history_aside(resumed_iter)}')
+            return
+        if state is None:
+            self.logger.warning('UnusedParamsHook: the checkpoint holds no unused-parameter '
+                                'statistics; the summary covers the resumed part only.')
+        else:
+            self.record.statistics.load_state_dict(state)
+        if self.main_process:
+            self.history.keep_before(resumed_iter)
+
+    def _set_history_aside(self, resumed_iter: int) -> str:
+        if not self.main_process:
+            return ''
+        moved = self.history.set_aside(f'before-iter{resumed_iter}')
+        return f' The earlier per-iteration file is now {moved}.' if moved else ''
+
+    # -- every iteration ----------------------------------------------------------------
+
+    def start_iteration(self) -> None:
+        if self.drives_record:
+            self.record.start_iteration()
+
+    def end_iteration(self, iteration: int, exchange: bool) -> None:
+        """After the iteration's backward and optimizer step: ends it on this rank (an own
+        record), resolves what can be, and with ``exchange`` gathers the open iterations
+        (every rank must pass the same ``exchange``)."""
+        if self.stops_unreached:
+            unreached = self.record.local_unreached()
+            if unreached:
+                raise unused_parameters_error(
+                    self.record.table, {self.record.rank: unreached}, iteration,
+                    'the config: plain DDP (UnusedParamsHook cannot report across ranks '
+                    'here)')
+        if self.drives_record:
+            self.record.end_local_iteration(iteration)
+        self.record.resolve()
+        if exchange:
+            self.record.exchange()
+
+    def report(self, usage: IterationUsage, changed: bool, epoch: int) -> None:
+        """Every resolved iteration (from the record's listener, after the hook put
+        ``unused_params`` on its log line): the names when due, the line in the file."""
+        if usage.unused_on_any_rank and (changed
+                                         or self.record.statistics.iterations_with_unused == 1
+                                         or (usage.iteration + 1) % self.interval == 0):
+            self.logger.info(self.describe(usage, changed))
+        self.append_line(usage, epoch)
+
+    def describe(self, usage: IterationUsage, changed: bool) -> str:
+        """The log message naming an iteration's unused parameters, grouped by module and
+        by the ranks that left them unused."""
+        table, limit = self.record.table, self.max_modules_in_log
+        everywhere = usage.unused_on_all_ranks
+        lines = [f'UnusedParamsHook: iteration {usage.iteration}: '
+                 f'{len(usage.unused_on_any_rank)} parameters unused'
+                 + ('' if len(usage.per_rank_unused) == 1 else
+                    f' ({len(everywhere)} on every rank)')
+                 + (' (changed since the previous iteration)' if changed else '')]
+        if everywhere:
+            if len(usage.per_rank_unused) > 1:
+                lines.append('  on every rank:')
+            lines += [f'    {line}' for line in table.grouped(everywhere, limit)]
+        by_ranks: Dict[tuple, List[int]] = {}
+        for index in sorted(usage.unused_on_any_rank - everywhere):
+            by_ranks.setdefault(tuple(usage.ranks_of(index)), []).append(index)
+        for ranks, ids in by_ranks.items():
+            lines.append(f'  only on rank(s) {",".join(map(str, ranks))}:')
+            lines += [f'    {line}' for line in table.grouped(ids, limit)]
+        return '\n'.join(lines)
+
+    @staticmethod
+    def history_line(usage: IterationUsage, epoch: int) -> Dict:
+        """The per-iteration file's line of ``usage`` (see :mod:`.usage_history`)."""
+        line = dict(iter=usage.iteration, epoch=epoch,
+                    unused_per_rank=[list(ids) for ids in usage.per_rank_unused])
+        if usage.ranks_left_unreached:
+            line['ranks_left_unreached'] = usage.ranks_left_unreached
+        return line
+
+    def append_line(self, usage: IterationUsage, epoch: int) -> None:
+        if self.main_process:
+            self.history.append(self.history_line(usage, epoch))
+
+    # -- the run's end ------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """After training: the last iterations resolved and exchanged (on every rank), then
+        the summary."""
+        self.record.resolve()
+        self.record.exchange()
+        self.write_summary()
+
+    def write_summary(self) -> None:
+        """Logs the summary and writes its files (main process); a file that cannot be
+        written is a warning (the summary is in the log, and ``summarize`` rebuilds the
+        files). Also what a stall that ends the run calls before it exits."""
+        if not self.main_process:
+            return
+        if not self.history.flush():
+            self.logger.warning(
+                f'UnusedParamsHook: iterations {self.history.pending_iterations[0]}-'
+                f'{self.history.pending_iterations[-1]} could not be written to '
+                f'{self.history.path}; the summary below counts them.')
+        table = self.record.table
+        summary = summary_dict(table, self.record.statistics, self.record.world_size)
+        try:
+            history = read_history(self.history.path, self.logger, len(table))
+        except OSError as error:
+            self.logger.warning(f'UnusedParamsHook: cannot read {self.history.path} '
+                                f'({error.strerror or error}); the PNG is not drawn.')
+            history = []
+        try:
+            paths = write_summary(self.out_dir, self.prefix, summary, table, history,
+                                  self.plot)
+            files = 'Files: ' + ', '.join(paths.values())
+        except OSError as error:
+            files = (f'The summary files could not be written in {self.out_dir} '
+                     f'({error.strerror or error}); once it is writable, '
+                     f'`python -m mmdet3d_ddp_guard summarize {self.out_dir}` rebuilds them.')
+            self.logger.warning(f'UnusedParamsHook: {files}')
+        except ImportError as error:
+            files = (f'No PNG: {error}. Install matplotlib, or pass plot=False; the text and '
+                     'JSON summary files are written.')
+            self.logger.warning(f'UnusedParamsHook: {files}')
+        # Indented (blank lines too) like every multi-line message of this package, so log
+        # filters that keep a record's indented lines keep all of it.
+        self.logger.info('UnusedParamsHook summary\n' + textwrap.indent(
+            summary_text(summary) + '\n' + files, '  ', lambda line: True))

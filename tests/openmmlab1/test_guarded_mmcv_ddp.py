@@ -1,0 +1,148 @@
+"""The guard under OpenMMLab 1.x (mmcv-full 1.x, mmdet 2.x), trained for real: 2 gloo ranks
+under torchrun, mmdet 2.x's own tools/train.py (train_detector, build_ddp) and a
+codebase-shaped plugin whose train module imported ``MMDistributedDataParallel`` at its top,
+on a RetinaNet whose refiner rank 1's batches never run (tests/openmmlab1/branch_detector.py).
+"""
+import os.path as osp
+import re
+
+import pytest
+import torch
+
+from tests.openmmlab1.branch_detector import REFINER_PARAMS
+from tests.openmmlab1.launch import CONFIGS, MMDET_TRAIN, PLUGIN_CONFIGS, PLUGIN_TRAIN, train
+from tests.timeouts import scaled
+
+pytestmark = pytest.mark.timeout(400)
+
+GUARDED = osp.join(CONFIGS, 'tiny_retinanet_branch_guarded.py')
+FINISHED = 'Iter [4/4]'
+
+
+@pytest.fixture(scope='module')
+def data_root(tmp_path_factory):
+    return str(tmp_path_factory.mktemp('tiny_coco'))
+
+
+def _config(tmp_path, name: str, *lines: str, base: str = GUARDED) -> str:
+    """A config of ``lines`` over ``base`` (mmcv joins an absolute ``_base_`` as it is)."""
+    path = tmp_path / f'{name}.py'
+    path.write_text('\n'.join([f'_base_ = [{base!r}]', *lines]) + '\n')
+    return str(path)
+
+
+def _run(data_root, tmp_path, config, name, script=MMDET_TRAIN, cfg_options=()):
+    return train(script, config, str(tmp_path / name), data_root, cfg_options=cfg_options,
+                 timeout=scaled(180))
+
+
+def _decision(output: str) -> str:
+    return re.search(r"GuardedDDP decision \(at build\): (mode='\w+' \(requested [^\n]*)",
+                     output).group(1)
+
+
+def _weights_and_momenta(work_dir):
+    checkpoint = torch.load(osp.join(work_dir, 'iter_4.pth'), map_location='cpu')
+    momenta = [state['momentum_buffer'] for state in checkpoint['optimizer']['state'].values()]
+    return checkpoint['state_dict'], momenta
+
+
+def _assert_trains_the_same(first, second):
+    weights, momenta = _weights_and_momenta(first)
+    other_weights, other_momenta = _weights_and_momenta(second)
+    assert weights.keys() == other_weights.keys()
+    for name in weights:
+        assert torch.equal(weights[name], other_weights[name]), name
+    assert len(momenta) == len(other_momenta)
+    assert all(torch.equal(a, b) for a, b in zip(momenta, other_momenta))
+
+
+def test_plugin_config_with_the_one_line_trains_where_plain_mmcv_ddp_dies(data_root,
+                                                                          tmp_path):
+    """The done-when of OpenMMLab 1.x: the plugin's config plus one custom_imports line
+    trains on 2 ranks whose batches leave different parameters unused; mmcv's own DDP dies
+    on the same model with DDP's real error."""
+    plain = _run(data_root, tmp_path,
+                 osp.join(PLUGIN_CONFIGS, 'plugin_tiny_retinanet_branch_plain.py'), 'plain',
+                 script=PLUGIN_TRAIN)
+    assert plain.returncode != 0 and not plain.timed_out, plain.output[-3000:]
+    assert 'Expected to have finished reduction in the prior iteration' in plain.output
+    assert 'GuardedDDP decision' not in plain.output
+
+    guarded = _run(data_root, tmp_path,
+                   osp.join(PLUGIN_CONFIGS, 'plugin_tiny_retinanet_branch_guarded.py'),
+                   'guarded', script=PLUGIN_TRAIN)
+    assert guarded.returncode == 0, guarded.output[-3000:]
+    assert FINISHED in guarded.output
+    assert _decision(guarded.output).startswith(
+        "mode='complete' (requested find_unused_parameters='auto', from default: the config "
+        'does not write find_unused_parameters')
+    # rank 1 left the refiner unused in every iteration, rank 0 never did.
+    assert re.search(r'rank 1, iteration 0: 3 unused\n\s+refiner\.0 \(Conv2d\): weight',
+                     guarded.output), guarded.output[-3000:]
+    assert re.findall(r'\[branch\] rank=1 call=\d ran=(\d)', guarded.output) == ['0'] * 4
+
+
+def test_train_detector_trains_like_the_graph_search(data_root, tmp_path):
+    """mmdet 2.x's tools/train.py (train_detector, build_ddp): with the config silent the
+    guard trains mode 'complete', and its weights and SGD momenta after 4 iterations are
+    those of DDP's graph search, which the config asks for in the second run."""
+    auto = _run(data_root, tmp_path, GUARDED, 'auto')
+    assert auto.returncode == 0, auto.output[-3000:]
+    assert _decision(auto.output).startswith("mode='complete'")
+    graph = _run(data_root, tmp_path, _config(tmp_path, 'graph', 'find_unused_parameters = True'),
+                 'graph')
+    assert graph.returncode == 0, graph.output[-3000:]
+    assert _decision(graph.output).startswith(
+        "mode='find_unused' (requested find_unused_parameters=True, from the config")
+    _assert_trains_the_same(str(tmp_path / 'auto'), str(tmp_path / 'graph'))
+
+
+def test_false_written_is_the_strict_fast_path_every_rank_names_the_parameters(data_root,
+                                                                               tmp_path):
+    run = _run(data_root, tmp_path, _config(tmp_path, 'strict', 'find_unused_parameters = False'),
+               'strict')
+    assert run.returncode != 0 and not run.timed_out, run.output[-3000:]
+    assert _decision(run.output).startswith(
+        "mode='strict' (requested find_unused_parameters=False, from the config")
+    errors = re.findall(r'UnusedParametersError: [^\n]*', run.output)
+    assert len(errors) == 2, run.output[-4000:]  # one per rank, the same words
+    assert len(set(errors)) == 1
+    for name in REFINER_PARAMS:
+        assert name in run.output
+    assert 'RuntimeError: Expected to have finished reduction' not in run.output
+
+
+def test_reentrant_checkpointing_trains_where_the_graph_search_cannot(data_root, tmp_path):
+    """ResNet's with_cp=True (torch.utils.checkpoint, reentrant): StreamPETR's configs write
+    find_unused_parameters=False because of it; the guard's default trains it."""
+    options = ['model.backbone.with_cp=True']
+    guarded = _run(data_root, tmp_path, GUARDED, 'cp', cfg_options=options)
+    assert guarded.returncode == 0, guarded.output[-3000:]
+    assert FINISHED in guarded.output
+    graph = _run(data_root, tmp_path, _config(tmp_path, 'graph', 'find_unused_parameters = True'),
+                 'cp_graph', cfg_options=options)
+    assert graph.returncode != 0 and not graph.timed_out
+    assert 'mark a variable ready only once' in graph.output, graph.output[-3000:]
+
+
+def test_gradient_cumulative_optimizer_hook_trains_like_the_graph_search(data_root, tmp_path):
+    """mmcv's GradientCumulativeOptimizerHook divides the loss (the settling backward
+    survives the division) and steps every 2 iterations; DDP reduces every backward."""
+    cumulative = "optimizer_config = dict(type='GradientCumulativeOptimizerHook', " \
+        'cumulative_iters=2, grad_clip=None)'
+    auto = _run(data_root, tmp_path, _config(tmp_path, 'auto', cumulative), 'auto')
+    assert auto.returncode == 0, auto.output[-3000:]
+    graph = _run(data_root, tmp_path,
+                 _config(tmp_path, 'graph', cumulative, 'find_unused_parameters = True'),
+                 'graph')
+    assert graph.returncode == 0, graph.output[-3000:]
+    _assert_trains_the_same(str(tmp_path / 'auto'), str(tmp_path / 'graph'))
+
+
+def test_fp16_optimizer_hook_on_the_cpu_is_a_clear_error(data_root, tmp_path):
+    run = _run(data_root, tmp_path, _config(tmp_path, 'fp16', 'fp16 = dict(loss_scale=512.0)'),
+               'fp16')
+    assert run.returncode != 0 and not run.timed_out
+    assert re.search(r"mmdet3d_ddp_guard: mmcv's Fp16OptimizerHook needs CUDA", run.output), \
+        run.output[-3000:]
