@@ -16,10 +16,11 @@ The simulation sees what the data decides. It cannot see code that branches on
 only the iterations it runs: a rare batch needs more ``--iters``, or the hook in the real run.
 """
 import argparse
+import ast
 import os
 import os.path as osp
 import tempfile
-from typing import Any, Mapping
+from typing import Any, Dict, Mapping, Optional
 
 from ..core.ddp_outcome import HANGS, OK
 from ..core.forward_collectives import sync_norm_cfg_keys
@@ -34,25 +35,28 @@ BAD_USAGE = 2
 MAX_TABLE_ROWS = 20
 #: The framework names of :func:`installed_frameworks`, one per adapter.
 MMENGINE, MMCV1 = 'mmengine', 'mmcv-full'
-#: Top-level keys only an MMEngine config has (mmcv 1.x reads neither).
+#: Top-level keys only an MMEngine config has (mmcv 1.x reads none of them).
 MMENGINE_MARKERS = ('optim_wrapper', 'train_dataloader', 'default_scope')
+#: The frameworks as the usage errors name them.
+FRAMEWORK_NAMES = {MMENGINE: 'MMEngine (OpenMMLab 2.x)',
+                   MMCV1: 'mmcv-full 1.x (OpenMMLab 1.x: mmdet 2.x, mmdet3d 0.x)'}
 #: mmcv 1.x's runners, named by ``runner = dict(type=...)`` in a 1.x config.
 MMCV1_RUNNERS = ('IterBasedRunner', 'EpochBasedRunner')
 #: The one line that guards an mmcv-full 1.x training (no config line picks its DDP wrapper).
 MMCV1_SETTING = "custom_imports = dict(imports=['mmdet3d_ddp_guard'], allow_failed_imports=False)"
 
 
-def framework_of_config(cfg: Mapping[str, Any]) -> str:
+def framework_of_config(cfg: Mapping[str, Any]) -> Optional[str]:
     """``'mmengine'`` or ``'mmcv-full'``: which framework's training a config is written for,
-    from its keys (for where both are installed).
+    from its top-level keys; None when they say neither.
 
     MMEngine's keys (``optim_wrapper``, ``train_dataloader``, ``default_scope``, or a
     ``train_cfg`` loop) win; else mmcv 1.x's (``optimizer_config``, ``runner`` of type
-    ``IterBasedRunner``/``EpochBasedRunner``, or ``data.train``); else MMEngine, whose
-    simulation then names the key that is missing.
+    ``IterBasedRunner``/``EpochBasedRunner``, or ``data.train``).
 
     Args:
-        cfg (Mapping): The config, read by either framework's ``Config``.
+        cfg (Mapping): The config's top-level keys (either framework's ``Config``, or
+            :func:`config_file_keys`).
     """
     if any(key in cfg for key in MMENGINE_MARKERS):
         return MMENGINE
@@ -66,13 +70,72 @@ def framework_of_config(cfg: Mapping[str, Any]) -> str:
             or isinstance(runner, Mapping) and runner.get('type') in MMCV1_RUNNERS \
             or isinstance(data, Mapping) and 'train' in data:
         return MMCV1
-    return MMENGINE
+    return None
+
+
+def config_file_keys(path: str, depth: int = 0) -> Dict[str, Any]:
+    """The top-level keys of a Python config and of its ``_base_`` files (those given by a
+    path; ``pkg::`` ones are skipped), read from the source without running it, so without
+    either framework: literal values and ``dict(...)`` calls as dicts, other values None.
+
+    Args:
+        path (str): The config file.
+        depth (int): The ``_base_`` nesting so far (a cycle stops at 8).
+    """
+    with open(path) as f:
+        tree = ast.parse(f.read(), filename=path)
+    keys: Dict[str, Any] = {}
+    own: Dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    own[target.id] = _literal(node.value)
+    bases = own.pop('_base_', None)
+    for base in ([bases] if isinstance(bases, str) else bases or []) if depth < 8 else []:
+        if isinstance(base, str) and '::' not in base:
+            base_path = osp.join(osp.dirname(path), base)
+            if osp.isfile(base_path):
+                _merge(keys, config_file_keys(base_path, depth + 1))
+    _merge(keys, own)
+    return keys
+
+
+def _literal(node: ast.AST) -> Any:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id == 'dict':
+        return {kw.arg: _literal(kw.value) for kw in node.keywords if kw.arg}
+    if isinstance(node, ast.Dict):
+        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values)
+                if k is not None}
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def _merge(into: Dict[str, Any], new: Dict[str, Any]) -> None:
+    # As the configs merge: a child's dict updates its base's, other values replace it.
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def written_for(path: str) -> Optional[str]:
+    """:func:`framework_of_config` of the config file at ``path``; None when its keys say
+    neither or its source cannot be read without running it."""
+    try:
+        return framework_of_config(config_file_keys(path))
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return None
 
 
 def config_framework(path: str) -> str:
     """The framework whose adapter simulates the config at ``path``: the installed one when
-    only one is (each reads only its own configs); where both are, the one
-    :func:`framework_of_config` reads from the config's keys.
+    only one is (each adapter reads only its own framework's configs); where both are, the
+    one the config is :func:`written_for`, and MMEngine when that says neither.
 
     Args:
         path (str): The config file.
@@ -80,9 +143,7 @@ def config_framework(path: str) -> str:
     installed = installed_frameworks()
     if len(installed) == 1:
         return next(iter(installed))
-    from mmengine.config import Config
-    # The keys alone decide: the config's custom imports may be the other framework's.
-    return framework_of_config(Config.fromfile(path, import_custom_modules=False))
+    return written_for(path) or MMENGINE
 
 
 def load_config(path: str, framework: str):
@@ -216,6 +277,12 @@ def main(args: argparse.Namespace) -> int:
         print(f'check: {problem}')
         return BAD_USAGE
     framework = config_framework(args.config)
+    wanted = written_for(args.config)
+    if wanted is not None and wanted != framework:
+        print(f'check: {args.config} is written for {FRAMEWORK_NAMES[wanted]}, which is not '
+              f'installed here (only {FRAMEWORK_NAMES[framework]} is); check it where its '
+              'training runs.')
+        return BAD_USAGE
     cfg = load_config(args.config, framework)
     cfg.merge_from_dict(args.cfg_options)
     try:

@@ -17,6 +17,8 @@ _COLLECTIVE_CLASSES = {
     ('mmcv.ops.sync_bn', 'SyncBatchNorm'),  # mmcv's 'MMSyncBN'
     ('mmdet3d.models.layers.norm', 'NaiveSyncBatchNorm1d'),  # mmdet3d's 'naiveSyncBN1d'
     ('mmdet3d.models.layers.norm', 'NaiveSyncBatchNorm2d'),  # mmdet3d's 'naiveSyncBN2d'
+    ('mmdet3d.ops.norm', 'NaiveSyncBatchNorm1d'),  # the same in mmdet3d 0.x and 1.0.0rc
+    ('mmdet3d.ops.norm', 'NaiveSyncBatchNorm2d'),
 }
 #: ``norm_cfg`` types that build one of them, as registered by mmcv and mmdet3d.
 SYNC_NORM_CFG_TYPES = ('SyncBN', 'MMSyncBN', 'naiveSyncBN1d', 'naiveSyncBN2d')

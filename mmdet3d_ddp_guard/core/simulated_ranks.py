@@ -10,13 +10,33 @@ rank-averaged gradient on the parameters for the adapter's one optimizer step, a
 GuardedDDP) would.
 """
 import contextlib
-from typing import Callable, Dict, Iterator, List, Sequence
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 import torch.nn as nn
 
-from ..reporting.ddp_prediction import SimulatedIteration
 from .forward_collectives import ForwardCollectiveCounter
 from .usage_record import IterationUsage, ParamUsageRecord
+
+
+@dataclass(frozen=True)
+class SimulatedIteration:
+    """What every simulated rank did in one iteration.
+
+    Attributes:
+        iteration (int): The runner iteration (0-based).
+        unused_per_rank (tuple[tuple[int]]): Ids of :class:`ParamTable` unused, by rank
+            (unreached, or reached with an undefined gradient).
+        collective_calls (dict[str, list[int]]): SyncBN-type layer name -> its training
+            forward calls on each rank.
+        unreached_per_rank (tuple[tuple[int]]): The unused ids that autograd did not reach
+            at all, by rank: these leave DDP's buckets waiting (an undefined gradient does
+            not: DDP's fast path reduces it as zeros).
+    """
+    iteration: int
+    unused_per_rank: Tuple[Tuple[int, ...], ...]
+    collective_calls: Dict[str, List[int]]
+    unreached_per_rank: Tuple[Tuple[int, ...], ...] = ()
 
 
 class SimulationError(ValueError):

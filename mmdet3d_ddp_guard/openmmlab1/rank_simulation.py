@@ -31,9 +31,8 @@ from mmcv.runner import OptimizerHook, build_optimizer
 from mmdet.apis import set_random_seed
 from mmdet.datasets import builder
 
-from ..core.simulated_ranks import SimulatedRanks, SimulationError, dist_info_of, \
-    endless_batches
-from ..reporting.ddp_prediction import SimulatedIteration
+from ..core.simulated_ranks import (SimulatedIteration, SimulatedRanks, SimulationError,
+                                    dist_info_of, endless_batches)
 
 #: ``train_detector``'s defaults under ``data.train_dataloader`` (mmdet 2.x apis/train.py).
 LOADER_DEFAULTS = dict(samples_per_gpu=2, workers_per_gpu=2, persistent_workers=False)

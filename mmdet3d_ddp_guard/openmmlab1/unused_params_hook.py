@@ -3,8 +3,8 @@ import functools
 from typing import Optional
 
 from mmcv.parallel import is_module_wrapper
-from mmcv.runner import HOOKS, BaseRunner, CheckpointHook, Hook, LoggerHook, OptimizerHook, \
-    get_dist_info
+from mmcv.runner import HOOKS, BaseRunner, CheckpointHook, Hook, IterBasedRunner, LoggerHook, \
+    OptimizerHook, get_dist_info
 
 from ..core.usage_record import IterationUsage, ParamUsageRecord
 from ..reporting.usage_report import CHECKPOINT_KEY, UsageReport, check_options, \
@@ -44,20 +44,26 @@ class UnusedParamsHook(Hook):
       resolved iteration (``n``: parameters unused on at least one rank), in
       ``after_train_iter``, so mmcv's ``LoggerHook`` (priority VERY_LOW) averages it over
       its window like the losses: ``unused_params: 3.0000``.
-    - **Priority.** mmcv's ``CheckpointHook`` saves in ``after_train_iter`` at NORMAL, and
-      a custom hook of NORMAL priority runs after it. So that the checkpoint holds the
-      counts of the iteration it is saved at, the hook moves itself, in ``before_run``, to
-      just before the first ``CheckpointHook`` (logged), when no optimizer hook (they
-      back-propagate in ``after_train_iter``) would then run after it.
+    - **Priority.** The default NORMAL of ``custom_hooks`` fits: after the optimizer hook
+      (ABOVE_NORMAL, which back-propagates in ``after_train_iter``), before ``LoggerHook``
+      (VERY_LOW, which averages ``log_buffer`` and prints). A priority that runs it before
+      an optimizer hook is warned about.
     - **Checkpoints.** mmcv 1.x has no ``before_save_checkpoint``: the hook keeps the
       statistics in ``runner.meta['unused_params']``, which ``runner.save_checkpoint``
-      writes into every checkpoint's ``meta``. On resume it reads them from the checkpoint
-      the runner loaded: ``EpochBasedRunner.resume`` makes the checkpoint's meta
-      ``runner.meta``, but ``IterBasedRunner.resume`` keeps only its epoch and iteration,
-      so importing this module makes ``BaseRunner.load_checkpoint`` (which every resume and
-      ``load_from`` go through) keep the loaded meta on the runner as
+      writes into every checkpoint's ``meta``. They cover the iterations before the
+      checkpoint's ``meta['iter']``, where the resumed run goes on: ``IterBasedRunner``
+      saves ``iter_N.pth`` during iteration N - 1 with ``iter=N - 1`` and trains that
+      iteration again after a resume, so the state is taken at ``before_train_iter``
+      (the ranks exchange at the iteration before a checkpoint's); ``EpochBasedRunner``
+      saves after the epoch with ``iter`` = the iterations done, so the state is also
+      taken at the epoch's last iteration. On resume the hook reads them from the
+      checkpoint the runner loaded: ``EpochBasedRunner.resume`` makes the checkpoint's
+      meta ``runner.meta``, but ``IterBasedRunner.resume`` keeps only its epoch and
+      iteration, so importing this module makes ``BaseRunner.load_checkpoint`` (which
+      every resume and ``load_from`` go through) keep the loaded meta on the runner as
       ``ddp_guard_loaded_meta``. A resumed run is one whose ``runner.iter`` is past 0 at
-      ``before_run``; a ``load_from`` starts new counts, as under MMEngine.
+      ``before_run``; the per-iteration file drops its lines from that iteration on, and
+      a ``load_from`` starts new counts, as under MMEngine.
 
     Args:
         interval (int): Log the names every ``interval`` iterations while some are unused.
@@ -120,49 +126,40 @@ class UnusedParamsHook(Hook):
             runner.meta = {}  # save_checkpoint writes runner.meta only when it is a dict
         self._state_stale = True
         self._store_state(runner)
-        self._run_before_checkpoint_hooks(runner)
-
-    def _run_before_checkpoint_hooks(self, runner) -> None:
-        hooks = runner._hooks  # mmcv's priority-sorted list, which call_hook walks
-        mine = hooks.index(self)
-        first = next((i for i, hook in enumerate(hooks[:mine])
-                      if isinstance(hook, CheckpointHook)), None)
-        if first is None:
-            return
-        if any(isinstance(hook, OptimizerHook) for hook in hooks[first:mine]):
+        later = [type(hook).__name__ for hook in runner.hooks[runner.hooks.index(self):]
+                 if isinstance(hook, OptimizerHook)]
+        if later:
             runner.logger.warning(
-                'UnusedParamsHook: an optimizer hook runs after CheckpointHook here, so this '
-                'hook stays after both: a checkpoint misses the counts of the iteration it is '
-                'saved at, and a run resumed from it counts that iteration once less.')
-            return
-        # Safe while call_hook('before_run') walks the list at our index: the hooks moved one
-        # place on have had their before_run, the ones after us keep their index.
-        hooks.insert(first, hooks.pop(mine))
-        self.priority = hooks[first + 1].priority  # the list stays sorted for register_hook
-        runner.logger.info(
-            'UnusedParamsHook: runs just before CheckpointHook (not after it, as its priority '
-            'would have it), so that checkpoints hold the counts of the iteration they are '
-            'saved at.')
+                f'UnusedParamsHook: runs before {later[0]}, which back-propagates in '
+                'after_train_iter, so it would read each iteration before its backward; '
+                "register it at priority 'NORMAL' (the default of custom_hooks) or later.")
 
     def before_train_iter(self, runner) -> None:
+        # The state of the iterations before this one: what a checkpoint IterBasedRunner
+        # saves during this iteration must hold (see the class docstring).
+        if not self.record.open_iterations:
+            self._store_state(runner)
         self.report.start_iteration()
 
     def after_train_iter(self, runner) -> None:
         self.report.end_iteration(runner.iter, self._exchange_due(runner))
-        self._store_state(runner)
+        if self.end_of_epoch(runner) and not isinstance(runner, IterBasedRunner):
+            self._store_state(runner)  # for the epoch's checkpoint, whatever the priorities
 
     def _exchange_due(self, runner) -> bool:
-        """At LoggerHook's log lines, at CheckpointHook's iteration checkpoints (saved by rank
-        0 alone, so the exchange must come first, here), at the end of an epoch and of
-        training: the same iterations on every rank."""
+        """At LoggerHook's log lines, before CheckpointHook's iteration checkpoints (the
+        iteration before theirs: the state is taken at before_train_iter), at the end of an
+        epoch and of training: the same iterations on every rank."""
         if self.end_of_epoch(runner) or self.is_last_iter(runner):
             return True
+        following = runner.iter + 2  # as every_n_iters counts, for the next iteration
         for hook in runner.hooks:
             if isinstance(hook, LoggerHook) and (self.every_n_inner_iters(runner, hook.interval)
                                                  or self.every_n_iters(runner, hook.interval)):
                 return True
-            if (isinstance(hook, CheckpointHook) and not hook.by_epoch
-                    and self.every_n_iters(runner, hook.interval)):
+            if isinstance(hook, CheckpointHook) and not hook.by_epoch and (
+                    (hook.interval > 0 and following % hook.interval == 0)
+                    or (hook.save_last and following == runner.max_iters)):
                 return True
         return False
 

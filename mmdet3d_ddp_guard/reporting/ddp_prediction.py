@@ -12,33 +12,14 @@ Rules (torch's DDP, verified in this project's tests and notes):
 - GuardedDDP trains every pattern of unused parameters; a skipped collective hangs it too.
 """
 import json
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 from ..core.ddp_outcome import FAILS, HANGS, OK, PLAIN_DDP
 from ..core.forward_collectives import config_key_of
 from ..core.param_table import ParamTable
+from ..core.simulated_ranks import SimulatedIteration
 
 
-
-@dataclass(frozen=True)
-class SimulatedIteration:
-    """What every simulated rank did in one iteration.
-
-    Attributes:
-        iteration (int): The runner iteration (0-based).
-        unused_per_rank (tuple[tuple[int]]): Ids of :class:`ParamTable` unused, by rank
-            (unreached, or reached with an undefined gradient).
-        collective_calls (dict[str, list[int]]): SyncBN-type layer name -> its training
-            forward calls on each rank.
-        unreached_per_rank (tuple[tuple[int]]): The unused ids that autograd did not reach
-            at all, by rank: these leave DDP's buckets waiting (an undefined gradient does
-            not: DDP's fast path reduces it as zeros).
-    """
-    iteration: int
-    unused_per_rank: Tuple[Tuple[int, ...], ...]
-    collective_calls: Dict[str, List[int]]
-    unreached_per_rank: Tuple[Tuple[int, ...], ...] = ()
 
 def predict(table: ParamTable, iterations: Sequence[SimulatedIteration], world_size: int,
             collective_types: Dict[str, str], sync_norm_keys: Sequence[str] = ()) -> Dict:

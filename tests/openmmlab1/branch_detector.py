@@ -39,8 +39,10 @@ class BranchRetinaNet(RetinaNet):
     """RetinaNet plus a ``refiner`` that runs only on batches with a box of ``branch_label``."""
 
     def __init__(self, *args, refiner_channels=32, branch_label=1, refine_weight=0.1,
-                 **kwargs):
+                 fail_rank=None, fail_call=None, **kwargs):
         super(BranchRetinaNet, self).__init__(*args, **kwargs)
+        # A rank whose forward raises at one call, while the others go on (the stall guard).
+        self.fail_rank, self.fail_call = fail_rank, fail_call
         self.branch_label = branch_label
         self.refine_weight = refine_weight
         self.refiner = nn.Sequential(
@@ -50,6 +52,9 @@ class BranchRetinaNet(RetinaNet):
         self.branch_history = []
 
     def forward_train(self, img, img_metas, gt_bboxes, gt_labels, gt_bboxes_ignore=None):
+        rank, _ = get_dist_info()
+        if rank == self.fail_rank and len(self.branch_history) == self.fail_call:
+            raise ValueError(f'rank {rank} cannot read its batch')
         # What SingleStageDetector.forward_train does, keeping the features for the branch.
         super(SingleStageDetector, self).forward_train(img, img_metas)
         x = self.extract_feat(img)
@@ -63,7 +68,6 @@ class BranchRetinaNet(RetinaNet):
         losses['refine_ran'] = x[0].new_tensor(float(ran))
         files = [meta.get('ori_filename', meta.get('filename')) for meta in img_metas]
         self.branch_history.append((ran, files))
-        rank, _ = get_dist_info()
         print('[branch] rank=%d call=%d ran=%d files=%s'
               % (rank, len(self.branch_history) - 1, int(ran), ','.join(files)), flush=True)
         return losses

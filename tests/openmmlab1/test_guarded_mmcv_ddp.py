@@ -140,6 +140,26 @@ def test_gradient_cumulative_optimizer_hook_trains_like_the_graph_search(data_ro
     _assert_trains_the_same(str(tmp_path / 'auto'), str(tmp_path / 'graph'))
 
 
+def test_the_stall_guard_ends_a_rank_that_raised_while_the_other_waits(data_root, tmp_path):
+    """Rank 1's forward raises at iteration 2; rank 0 waits in the all-reduce of mmdet 2.x's
+    log variables (its ``_parse_losses``, inside ``train_step``). Every rank names where each
+    rank is and exits, and rank 1's own error reaches its log with its traceback."""
+    stall_timeout = 3
+    config = _config(tmp_path, 'raises', 'model = dict(fail_rank=1, fail_call=2)',
+                     f'ddp_guard = dict(stall_timeout={stall_timeout})')
+    run = _run(data_root, tmp_path, config, 'raises')
+    assert run.returncode != 0 and not run.timed_out, run.output[-3000:]
+    assert 'GuardedDDP stall guard: no rank has moved for 3 s.' in run.output
+    assert 'rank 1: raised ValueError: rank 1 cannot read its batch (iteration 2, forward)' \
+        in run.output, run.output[-4000:]
+    assert 'rank 1 raised while the other ranks wait for it.' in run.output
+    assert 'rank 0: in all_reduce called from mmdet/models/detectors/base.py:' in run.output
+    assert 'in _parse_losses (iteration 2, forward)' in run.output
+    assert run.output.count('GuardedDDP stall guard: no rank has moved') >= 2  # both ranks
+    # Rank 1's own traceback, after the diagnosis went out (its last line, not the diagnosis).
+    assert re.search(r'^ValueError: rank 1 cannot read its batch$', run.output, re.M)
+
+
 def test_fp16_optimizer_hook_on_the_cpu_is_a_clear_error(data_root, tmp_path):
     run = _run(data_root, tmp_path, _config(tmp_path, 'fp16', 'fp16 = dict(loss_scale=512.0)'),
                'fp16')
