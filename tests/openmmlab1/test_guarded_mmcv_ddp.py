@@ -140,6 +140,24 @@ def test_gradient_cumulative_optimizer_hook_trains_like_the_graph_search(data_ro
     _assert_trains_the_same(str(tmp_path / 'auto'), str(tmp_path / 'graph'))
 
 
+def test_no_collective_of_ours_while_every_parameter_is_used(data_root, tmp_path):
+    """``branch_label=0``: every image holds a car, so every rank runs the refiner in every
+    iteration; the guarded run issues exactly the collectives of plain mmcv DDP."""
+    lines = ["custom_imports = dict(imports=['tests.openmmlab1.branch_detector', "
+             "'tests.openmmlab1.collective_count_hook', 'mmdet3d_ddp_guard'], "
+             'allow_failed_imports=False)',
+             "custom_hooks = [dict(type='CollectiveCountHook')]",
+             'model = dict(branch_label=0)']
+    counts = {}
+    for name, extra in (('guarded', []), ('plain', ['ddp_guard = dict(enabled=False)'])):
+        run = _run(data_root, tmp_path, _config(tmp_path, name, *lines, *extra), name)
+        assert run.returncode == 0, run.output[-3000:]
+        counts[name] = sorted(re.findall(r'\[collectives\] rank=(\d) issued=(\d+)',
+                                         run.output))
+    assert len(counts['guarded']) == 2 and int(counts['guarded'][0][1]) > 0
+    assert counts['guarded'] == counts['plain']
+
+
 def test_the_stall_guard_ends_a_rank_that_raised_while_the_other_waits(data_root, tmp_path):
     """Rank 1's forward raises at iteration 2; rank 0 waits in the all-reduce of mmdet 2.x's
     log variables (its ``_parse_losses``, inside ``train_step``). Every rank names where each
