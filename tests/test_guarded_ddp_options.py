@@ -99,3 +99,15 @@ def test_cpu_module_drops_device_ids_that_runner_passes(single_rank_group):
         __import__('mmengine.optim', fromlist=['OptimWrapper']).OptimWrapper(
             torch.optim.SGD(wrapped.parameters(), lr=0.1)))
     assert set(losses) >= {'loss_box', 'loss'}
+
+
+def test_a_comm_hook_of_ones_own_is_refused_where_the_counts_ride_the_all_reduce(
+        single_rank_group):
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    with pytest.raises(RuntimeError, match=r"mode 'complete' the gradient all-reduce already "
+                                           r"runs through the guard's comm hook.*build "
+                                           r'GuardedDDP with find_unused_parameters=True'):
+        GuardedDDP(torch.nn.Linear(2, 2)).register_comm_hook(None, allreduce_hook)
+    # DDP's graph search takes one.
+    GuardedDDP(torch.nn.Linear(2, 2), find_unused_parameters=True).register_comm_hook(
+        None, allreduce_hook)

@@ -31,7 +31,7 @@ cd "$(dirname "$0")/.."
 # build the venv, then to run its tests, on a quiet 2-core machine (measured 2026-12-01;
 # docs/compatibility.md). In priority order: CI runs the legs marked yes, in this order.
 LEGS=(
-  "openmmlab1|3.8|torch==1.12.1 numpy<1.24 setuptools<70 wheel ninja pillow<10 requests|yapf==0.40.1|yes|8|6"
+  "openmmlab1|3.8|torch==1.12.1 numpy<1.24 setuptools<70 wheel ninja pillow<10 requests||yes|6|6"
   "torch1.9|3.8|torch==1.9.1 mmengine==0.8.5 numpy<1.25 setuptools<70 vermin==1.9.2||yes|3|2"
   "torch1.12|3.8|torch==1.12.1 mmengine==0.8.5 numpy<1.25 setuptools<70||yes|3|2"
   "torch2.14|3.11|torch==2.14.1 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|4"
@@ -75,23 +75,8 @@ leg_is_built() {
   [ -f "$venv/.complete" ] && [ "$(cat "$venv/.complete")" = "$(stamp_of "$2" "$3" "$4")" ]
 }
 
-# The trap a leg's documented fix is for, said before the fix is applied (docs/compatibility.md).
-report_trap() {
-  if [ "$1" = openmmlab1 ]; then report_pretty_text_trap "$2"; else report_scoped_config_trap "$2"; fi
-}
-
-# mmcv 1.x's Config.pretty_text (which mmdet 2.x's tools/train.py logs) calls yapf's
-# FormatCode(verify=...), which yapf >= 0.40.2 no longer takes.
-report_pretty_text_trap() {
-  if "$1/bin/python" -c 'from mmcv import Config; Config(dict(a=1)).pretty_text' 2>/dev/null; then
-    say "mmcv's Config.pretty_text works with the yapf pip chose"
-  else
-    say "mmcv's Config.pretty_text fails with the yapf pip chose ($("$1/bin/python" -c 'import yapf; print(yapf.__version__)'))"
-  fi
-}
-
-# The pkg_resources trap: with the setuptools a new torch brings, mmengine's Config.fromfile
-# cannot read a package-scoped base.
+# The pkg_resources trap (docs/compatibility.md): with the setuptools a new torch brings,
+# mmengine's Config.fromfile cannot read a package-scoped base. Said before the fix is applied.
 report_scoped_config_trap() {
   local venv probe
   venv=$(readlink -f "$1")
@@ -151,7 +136,7 @@ make_leg_venv() {
     return 1
   fi
   if [ -n "$fix" ]; then
-    report_trap "$name" "$venv"
+    report_scoped_config_trap "$venv"
     say "$name: the README's fix for this stack: pip install '$fix'"
     $pip install -q "$fix"
   fi

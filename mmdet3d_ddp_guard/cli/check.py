@@ -23,6 +23,8 @@ import tempfile
 from typing import Any, Dict, Mapping, Optional
 
 from ..core.ddp_outcome import HANGS, OK
+from ..core.decision_policy import MMCV1_GUARD_SETTING as IMPORT_LINE
+from ..core.decision_policy import MMENGINE_GUARD_SETTING
 from ..core.forward_collectives import sync_norm_cfg_keys
 from ..core.frameworks import installed_frameworks
 from ..core.simulated_ranks import SimulationError
@@ -43,7 +45,6 @@ FRAMEWORK_NAMES = {MMENGINE: 'MMEngine (OpenMMLab 2.x)',
 #: mmcv 1.x's runners, named by ``runner = dict(type=...)`` in a 1.x config.
 MMCV1_RUNNERS = ('IterBasedRunner', 'EpochBasedRunner')
 #: The one line that guards an mmcv-full 1.x training (no config line picks its DDP wrapper).
-MMCV1_SETTING = "custom_imports = dict(imports=['mmdet3d_ddp_guard'], allow_failed_imports=False)"
 
 
 def framework_of_config(cfg: Mapping[str, Any]) -> Optional[str]:
@@ -190,15 +191,13 @@ def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE):
     prediction = predict(record.table, iterations, world_size, simulation.collectives.types,
                          sync_norm_cfg_keys(cfg.model))
     prediction.update(seed=simulation.seed, seed_from_config=simulation.seed_given)
-    summary = summary_dict(record.table, record.statistics, world_size)
+    summary = summary_dict(record.table, record.statistics, world_size,
+                           IMPORT_LINE if framework == MMCV1 else MMENGINE_GUARD_SETTING)
     plain = prediction['plain_ddp']
     # The prediction sees forward collectives too: its verdict is the summary's.
     summary['verdict'].update(plain_ddp_fails=plain['outcome'] != OK,
                               plain_ddp_outcome=plain['outcome'],
                               plain_ddp_first_failure_iteration=plain['first_iteration'])
-    if framework == MMCV1:
-        # The import alone guards mmcv 1.x's DDP: model_wrapper_cfg is MMEngine's.
-        summary['verdict']['recommended_setting'] = MMCV1_SETTING
     return simulation, summary, prediction
 
 
@@ -226,12 +225,12 @@ def report(summary: dict, prediction: dict, table, framework: str = MMENGINE) ->
     else:
         lines += ['', 'Add to your config:']
     if framework == MMCV1:
-        lines += [f'    {MMCV1_SETTING}',
+        lines += [f'    {IMPORT_LINE}',
                   '(it guards every MMDistributedDataParallel the training builds), and '
                   'delete any top-level `find_unused_parameters = ...` line.', '=' * 78]
         return '\n'.join(lines)
     lines += [
-        f'    {MMCV1_SETTING}',
+        f'    {IMPORT_LINE}',
         f'    {summary["verdict"]["recommended_setting"]}',
         "    custom_hooks = [dict(type='UnusedParamsHook')]  # optional: per-iteration report",
         '(or inherit configs/_base_/ddp_guard.py), and delete any top-level '

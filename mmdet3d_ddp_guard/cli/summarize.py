@@ -13,6 +13,8 @@ import logging
 import os.path as osp
 import sys
 
+from ..core.decision_policy import MMCV1_GUARD_SETTING, MMENGINE_GUARD_SETTING
+from ..core.frameworks import installed_frameworks
 from ..reporting.usage_history import (RecordedTable, history_path, missing_iterations,
                                        read_history, replay_statistics, table_path)
 from ..reporting.usage_summary import summary_dict, summary_text, write_summary
@@ -69,7 +71,11 @@ def main(args: argparse.Namespace) -> int:
         logger.warning(f'{lines_path} has no line for iteration(s) {first}-{last}; the '
                        'summary covers the iterations it has.')
     world_size = max(len(line['unused_per_rank']) for line in lines)
-    summary = summary_dict(table, replay_statistics(len(table), lines), world_size)
+    # The files do not say which framework wrote them; the post-mortem runs where it trained.
+    guard_setting = MMENGINE_GUARD_SETTING if 'mmengine' in installed_frameworks() \
+        else MMCV1_GUARD_SETTING
+    summary = summary_dict(table, replay_statistics(len(table), lines), world_size,
+                           guard_setting)
     try:
         paths = write_summary(args.work_dir, args.prefix, summary, table, lines,
                               plot=not args.no_plot)

@@ -58,6 +58,15 @@ class UnusedCompletion:
         """Whether the gradient all-reduce runs through the counts' comm hook."""
         return self._counts is not None
 
+    def refuse_user_comm_hook(self, wrapper: str, fix: str) -> None:
+        """Raises when the all-reduce already runs through the counts' comm hook (DDP takes
+        one comm hook): ``fix`` says how to get DDP's graph search, which needs none."""
+        if self._counts is not None:
+            raise RuntimeError(
+                f'{wrapper}: in mode {self.policy.decision.mode!r} the gradient all-reduce '
+                "already runs through the guard's comm hook, which carries the unused-"
+                f'parameter counts. To use your own comm hook, {fix}.')
+
     def current_iteration(self) -> int:
         """The iteration whose backward is next to be settled."""
         return self._iteration_of(self.iterations_ended)

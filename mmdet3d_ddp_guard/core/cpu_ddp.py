@@ -71,6 +71,16 @@ def gloo_worker_states() -> List[str]:
     return states
 
 
+def init_gloo_group(asked_backend: str, **kwargs) -> str:
+    """The default group, on gloo where the config asked for ``asked_backend`` (NCCL, which
+    needs CUDA), leaving cleanly at exit; returns what to log."""
+    dist.init_process_group(backend='gloo', **kwargs)
+    leave_gloo_cleanly_at_exit()
+    return (f'mmdet3d_ddp_guard: no CUDA here; rank {dist.get_rank()} of '
+            f'{dist.get_world_size()} uses a gloo process group (the config asked for '
+            f'{asked_backend!r}).')
+
+
 def drop_device_ids_for_cpu_module(module, kwargs: dict) -> Optional[str]:
     """Removes ``device_ids`` (and ``output_device``) from DDP's ``kwargs``, in place, when
     the module is on the CPU; returns what to log then, None when nothing was removed."""

@@ -315,10 +315,17 @@ def evidence_lines(usage: IterationUsage, statistics: UsageStatistics,
     return lines
 
 
-def recommended_setting(statistics: UsageStatistics) -> Tuple[str, str]:
+#: The config line that puts the guard on a run, per framework: MMEngine's Runner builds the
+#: wrapper the config names; under mmcv 1.x the import alone guards its DDP.
+MMENGINE_GUARD_SETTING = "model_wrapper_cfg = dict(type='GuardedDDP')"
+MMCV1_GUARD_SETTING = ("custom_imports = dict(imports=['mmdet3d_ddp_guard'], "
+                       'allow_failed_imports=False)')
+
+
+def recommended_setting(statistics: UsageStatistics,
+                        guarded: str = MMENGINE_GUARD_SETTING) -> Tuple[str, str]:
     """The config line that fits a model with this usage, and why (for summaries and the
-    check command)."""
-    guarded = "model_wrapper_cfg = dict(type='GuardedDDP')"
+    check command); ``guarded`` is the line that puts the guard on this framework's run."""
     if not statistics.iterations_with_unused:
         return guarded, ('no parameter went unused: plain DDP (find_unused_parameters=False) '
                          'would train this too; GuardedDDP costs next to nothing here and '

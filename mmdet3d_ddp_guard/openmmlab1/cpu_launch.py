@@ -19,12 +19,11 @@ import inspect
 import logging
 
 import torch
-import torch.distributed as dist
 from mmcv.parallel import MMDistributedDataParallel
 from mmcv.utils import print_log
 from torch.nn.parallel import DistributedDataParallel
 
-from ..core.cpu_ddp import drop_device_ids_for_cpu_module, leave_gloo_cleanly_at_exit
+from ..core.cpu_ddp import drop_device_ids_for_cpu_module, init_gloo_group
 
 _DDP_SIGNATURE = inspect.signature(DistributedDataParallel.__init__)
 
@@ -84,11 +83,7 @@ def _allow_cpu_init_dist() -> None:
 
     @functools.wraps(original)
     def init_dist_pytorch(backend, **kwargs):
-        dist.init_process_group(backend='gloo', **kwargs)
-        leave_gloo_cleanly_at_exit()
-        print_log(f'mmdet3d_ddp_guard: no CUDA here; rank {dist.get_rank()} of '
-                  f'{dist.get_world_size()} uses a gloo process group (the config asked '
-                  f'for {backend!r}).', logger='mmcv')
+        print_log(init_gloo_group(backend, **kwargs), logger='mmcv')
 
     init_dist_pytorch.ddp_guard_cpu_aware = True
     mmcv_dist._init_dist_pytorch = init_dist_pytorch

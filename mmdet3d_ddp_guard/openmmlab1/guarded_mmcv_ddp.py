@@ -22,11 +22,11 @@ from mmcv.utils import Config, print_log
 from ..core.completion import UnusedCompletion
 from ..core.cpu_ddp import leave_gloo_cleanly_at_exit
 from ..core.ddp_compat import set_static_graph, static_graph_arguments
-from ..core.decision_policy import FIND_UNUSED, Decision, DecisionPolicy, not_given, \
-    resolve_request
+from ..core.decision_policy import (FIND_UNUSED, Decision, DecisionPolicy, not_given,
+                                    resolve_request)
 from ..core.forward_collectives import forward_collectives_warning
-from ..core.stall_guard import DEFAULT_STALL_TIMEOUT, RankPosition, StallWatchdog, \
-    check_stall_timeout
+from ..core.stall_guard import (DEFAULT_STALL_TIMEOUT, RankPosition, check_stall_timeout,
+                                watch_ranks)
 from ..core.usage_record import ParamUsageRecord
 from .cpu_launch import CPUCompatibleMMDistributedDataParallel, ddp_arguments
 
@@ -111,12 +111,8 @@ class GuardedMMDistributedDataParallel(CPUCompatibleMMDistributedDataParallel):
         if dist.get_backend(self.process_group) == 'gloo':
             leave_gloo_cleanly_at_exit()
         self.stall_position = RankPosition(self.process_group)
-        self.stall_watchdog: Optional[StallWatchdog] = None
-        if stall_timeout is not None and dist.get_world_size(self.process_group) > 1:
-            self.stall_watchdog = StallWatchdog(self.stall_position, stall_timeout,
-                                                _log_stall, self.process_group)
-            self.stall_position.follow_forward_collectives(module)
-            self.stall_watchdog.start()
+        self.stall_watchdog = watch_ranks(self.stall_position, stall_timeout, _log_stall,
+                                          self.process_group, module)
         self._settling_loss = type('SettlingLoss', (SettlingLoss, ),
                                    {'wrapper': weakref.ref(self)})
         # The iteration whose returned loss has not been back-propagated yet.
@@ -130,12 +126,9 @@ class GuardedMMDistributedDataParallel(CPUCompatibleMMDistributedDataParallel):
         return self.policy.decision
 
     def register_comm_hook(self, state, hook):
-        if self.completion.carries_counts:
-            raise RuntimeError(
-                f'mmdet3d_ddp_guard: in mode {self.decision.mode!r} the gradient all-reduce '
-                "already runs through the guard's comm hook, which carries the unused-"
-                'parameter counts. To use your own comm hook, write find_unused_parameters = '
-                'True (DDP graph search) in the config.')
+        self.completion.refuse_user_comm_hook(
+            'mmdet3d_ddp_guard', 'write find_unused_parameters = True (DDP graph search) in '
+            'the config')
         super().register_comm_hook(state, hook)
 
     def train_step(self, *inputs, **kwargs):

@@ -1,14 +1,14 @@
 """mmcv 1.x's :class:`UnusedParamsHook`: MMEngine's hook, on mmcv's runners."""
 import functools
-from typing import Optional
 
 from mmcv.parallel import is_module_wrapper
-from mmcv.runner import HOOKS, BaseRunner, CheckpointHook, Hook, IterBasedRunner, LoggerHook, \
-    OptimizerHook, get_dist_info
+from mmcv.runner import (HOOKS, BaseRunner, CheckpointHook, Hook, IterBasedRunner, LoggerHook,
+                         OptimizerHook, get_dist_info)
 
+from ..core.decision_policy import MMCV1_GUARD_SETTING
 from ..core.usage_record import IterationUsage, ParamUsageRecord
-from ..reporting.usage_report import CHECKPOINT_KEY, UsageReport, check_options, \
-    plain_ddp_fast_path
+from ..reporting.usage_report import (CHECKPOINT_KEY, ReportOptions, UsageReport,
+                                      plain_ddp_fast_path)
 from .guarded_mmcv_ddp import GuardedMMDistributedDataParallel
 
 #: The runner attribute that keeps the ``meta`` of the checkpoint it loaded last.
@@ -16,7 +16,7 @@ LOADED_META = 'ddp_guard_loaded_meta'
 
 
 @HOOKS.register_module()
-class UnusedParamsHook(Hook):
+class UnusedParamsHook(ReportOptions, Hook):
     """Reports which parameters went unused in every training iteration, on every rank,
     under mmcv-full 1.x's runners (``IterBasedRunner``, ``EpochBasedRunner``):
     ``custom_hooks = [dict(type='UnusedParamsHook', interval=50)]``.
@@ -77,23 +77,9 @@ class UnusedParamsHook(Hook):
 
     # No class attribute ``priority``: mmcv's register_hook refuses hooks that have one.
 
-    def __init__(self,
-                 interval: int = 50,
-                 out_dir: Optional[str] = None,
-                 max_modules_in_log: int = 12,
-                 plot: bool = True,
-                 file_prefix: str = 'unused_params',
-                 **unknown):
-        check_options(interval, max_modules_in_log, unknown)
-        self.interval = interval
-        self.out_dir = out_dir
-        self.max_modules_in_log = max_modules_in_log
-        self.plot = plot
-        self.file_prefix = file_prefix
-        self.record: Optional[ParamUsageRecord] = None
-        self.report: Optional[UsageReport] = None
+    def __init__(self, **options):
+        super().__init__(**options)
         self._state_stale = False
-
     def before_run(self, runner) -> None:
         model = runner.model
         guarded = isinstance(model, GuardedMMDistributedDataParallel)
@@ -109,7 +95,8 @@ class UnusedParamsHook(Hook):
             self.record, self.out_dir, runner.logger, self.file_prefix, self.interval,
             self.max_modules_in_log, self.plot, main_process=get_dist_info()[0] == 0,
             drives_record=not guarded,
-            stops_unreached=not guarded and plain_ddp_fast_path(model))
+            stops_unreached=not guarded and plain_ddp_fast_path(model),
+            guard_setting=MMCV1_GUARD_SETTING)
         if guarded and model.stall_watchdog is not None:
             # A stall that ends the run leaves through os._exit: no after_run.
             model.stall_watchdog.add_exit_callback(self.report.write_summary)

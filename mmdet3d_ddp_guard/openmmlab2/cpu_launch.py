@@ -18,12 +18,11 @@ group GuardedDDP trains on, whoever created it (this package's launch path, or t
 import functools
 
 import torch
-import torch.distributed as dist
 from mmengine.logging import print_log
 from mmengine.model import MMDistributedDataParallel
 from mmengine.registry import MODEL_WRAPPERS
 
-from ..core.cpu_ddp import drop_device_ids_for_cpu_module, leave_gloo_cleanly_at_exit
+from ..core.cpu_ddp import drop_device_ids_for_cpu_module, init_gloo_group
 
 
 def allow_cpu_init_dist() -> bool:
@@ -38,11 +37,7 @@ def allow_cpu_init_dist() -> bool:
     def init_dist_pytorch(backend, init_backend='torch', **kwargs):
         if torch.cuda.is_available() or init_backend != 'torch':
             return original(backend, init_backend=init_backend, **kwargs)
-        dist.init_process_group(backend='gloo', **kwargs)
-        leave_gloo_cleanly_at_exit()
-        print_log(f'mmdet3d_ddp_guard: no CUDA here; rank {dist.get_rank()} of '
-                  f'{dist.get_world_size()} uses a gloo process group (the config asked '
-                  f'for {backend!r}).', logger='current')
+        print_log(init_gloo_group(backend, **kwargs), logger='current')
 
     init_dist_pytorch.ddp_guard_cpu_aware = True
     mmengine_dist._init_dist_pytorch = init_dist_pytorch

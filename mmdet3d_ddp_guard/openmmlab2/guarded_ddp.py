@@ -19,8 +19,8 @@ from ..core.ddp_compat import set_static_graph, static_graph_arguments
 from ..core.decision_policy import (FIND_UNUSED, Decision, DecisionPolicy, configured_accumulation,
                                     not_given, resolve_request)
 from ..core.forward_collectives import forward_collectives_warning
-from ..core.stall_guard import (DEFAULT_STALL_TIMEOUT, RankPosition, StallWatchdog,
-                                check_stall_timeout)
+from ..core.stall_guard import (DEFAULT_STALL_TIMEOUT, RankPosition, check_stall_timeout,
+                                watch_ranks)
 from ..core.usage_record import ParamUsageRecord
 from ..core.versions import graph_search_accumulates_right
 from .cpu_launch import log_dropped_device_ids
@@ -192,12 +192,8 @@ class GuardedDDP(MMDistributedDataParallel):
         if dist.get_backend(self.process_group) == 'gloo':
             leave_gloo_cleanly_at_exit()
         self.stall_position = RankPosition(self.process_group)
-        self.stall_watchdog: Optional[StallWatchdog] = None
-        if stall_timeout is not None and dist.get_world_size(self.process_group) > 1:
-            self.stall_watchdog = StallWatchdog(self.stall_position, stall_timeout,
-                                                _log_stall, self.process_group)
-            self.stall_position.follow_forward_collectives(module)
-            self.stall_watchdog.start()
+        self.stall_watchdog = watch_ranks(self.stall_position, stall_timeout, _log_stall,
+                                          self.process_group, module)
         self._runner = weakref.ref(runner) if runner is not None else None
         print_log(policy.decision.format(), logger='current',
                   level=logging.WARNING if policy.decision.warning else logging.INFO)
@@ -207,12 +203,9 @@ class GuardedDDP(MMDistributedDataParallel):
         return self.policy.decision
 
     def register_comm_hook(self, state, hook):
-        if self.completion.carries_counts:
-            raise RuntimeError(
-                f'GuardedDDP: in mode {self.decision.mode!r} the gradient all-reduce already '
-                "runs through GuardedDDP's comm hook, which carries the unused-parameter "
-                'counts. To use your own comm hook, build GuardedDDP with '
-                'find_unused_parameters=True (DDP graph search) instead.')
+        self.completion.refuse_user_comm_hook(
+            'GuardedDDP', 'build GuardedDDP with find_unused_parameters=True (DDP graph '
+            'search) instead')
         super().register_comm_hook(state, hook)
 
     def train_step(self, data: Union[dict, tuple, list],

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 
 from torch.nn.parallel import DistributedDataParallel
 
+from ..core.decision_policy import MMENGINE_GUARD_SETTING
 from ..core.errors import unused_parameters_error
 from ..core.usage_record import IterationUsage, ParamUsageRecord
 from .usage_history import HistoryFile, history_path, read_history, table_path, write_table
@@ -24,16 +25,34 @@ CHECKPOINT_KEY = 'unused_params'
 OPTIONS = ('interval', 'out_dir', 'max_modules_in_log', 'plot', 'file_prefix')
 
 
-def check_options(interval, max_modules_in_log, unknown: Dict) -> None:
-    """The hook's options, checked as both hooks' constructors take them."""
-    if unknown:
-        raise TypeError(
-            f'UnusedParamsHook: unknown option(s) {sorted(unknown)}; the options are '
-            f'{", ".join(OPTIONS)}.')
-    for name, value in (('interval', interval), ('max_modules_in_log', max_modules_in_log)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f'UnusedParamsHook: {name} must be a positive integer, not '
-                             f'{value!r}; e.g. {name}=50.')
+class ReportOptions:
+    """The options both ``UnusedParamsHook`` classes take (their docstrings explain them),
+    checked, and what a hook holds before its run starts: the usage record and the
+    :class:`UsageReport`, set in ``before_run``."""
+
+    def __init__(self,
+                 interval: int = 50,
+                 out_dir: Optional[str] = None,
+                 max_modules_in_log: int = 12,
+                 plot: bool = True,
+                 file_prefix: str = 'unused_params',
+                 **unknown):
+        if unknown:
+            raise TypeError(
+                f'UnusedParamsHook: unknown option(s) {sorted(unknown)}; the options are '
+                f'{", ".join(OPTIONS)}.')
+        for name, value in (('interval', interval),
+                            ('max_modules_in_log', max_modules_in_log)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f'UnusedParamsHook: {name} must be a positive integer, not '
+                                 f'{value!r}; e.g. {name}=50.')
+        self.interval = interval
+        self.out_dir = out_dir
+        self.max_modules_in_log = max_modules_in_log
+        self.plot = plot
+        self.file_prefix = file_prefix
+        self.record: Optional[ParamUsageRecord] = None
+        self.report: Optional['UsageReport'] = None
 
 
 def plain_ddp_fast_path(model) -> bool:
@@ -65,6 +84,8 @@ class UsageReport:
         stops_unreached (bool): Stop with :class:`UnusedParametersError` when this rank
             left parameters unreached (the hook's own record under plain DDP's fast path,
             see :func:`plain_ddp_fast_path`). Defaults to False.
+        guard_setting (str): The config line the summary recommends to put the guard on
+            this framework's run. Defaults to MMEngine's ``model_wrapper_cfg`` line.
     """
 
     def __init__(self,
@@ -77,7 +98,8 @@ class UsageReport:
                  plot: bool = True,
                  main_process: bool = True,
                  drives_record: bool = False,
-                 stops_unreached: bool = False):
+                 stops_unreached: bool = False,
+                 guard_setting: str = MMENGINE_GUARD_SETTING):
         self.record = record
         self.out_dir = out_dir
         self.logger = logger
@@ -88,6 +110,7 @@ class UsageReport:
         self.main_process = main_process
         self.drives_record = drives_record
         self.stops_unreached = stops_unreached
+        self.guard_setting = guard_setting
         self.history = HistoryFile(history_path(out_dir, prefix), logger)
 
     # -- the run's start ----------------------------------------------------------------
@@ -233,7 +256,8 @@ class UsageReport:
                 f'{self.history.pending_iterations[-1]} could not be written to '
                 f'{self.history.path}; the summary below counts them.')
         table = self.record.table
-        summary = summary_dict(table, self.record.statistics, self.record.world_size)
+        summary = summary_dict(table, self.record.statistics, self.record.world_size,
+                               self.guard_setting)
         try:
             history = read_history(self.history.path, self.logger, len(table))
         except OSError as error:

@@ -6,16 +6,18 @@ from collections import OrderedDict
 from typing import Dict, List, Optional
 
 from ..core.ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_line
-from ..core.decision_policy import recommended_setting
+from ..core.decision_policy import MMENGINE_GUARD_SETTING, recommended_setting
 from ..core.param_table import format_rows, owner_of
 from ..core.usage_record import UsageStatistics
 
 
-def summary_dict(table, statistics: UsageStatistics, world_size: int) -> Dict:
+def summary_dict(table, statistics: UsageStatistics, world_size: int,
+                 guard_setting: str = MMENGINE_GUARD_SETTING) -> Dict:
     """The summary as a JSON-ready dict: counts, the verdict, and a row per parameter that was
     ever unused. ``table`` is a :class:`ParamTable` or, in a post-mortem, a
-    :class:`~.usage_history.RecordedTable`."""
-    setting, why = recommended_setting(statistics)
+    :class:`~.usage_history.RecordedTable`; ``guard_setting`` the config line that puts the
+    guard on this framework's run."""
+    setting, why = recommended_setting(statistics, guard_setting)
     first = statistics.first_unreached_iteration
     return dict(
         iterations_seen=statistics.iterations_seen,

@@ -108,3 +108,19 @@ def test_the_settling_backward_survives_the_hooks_arithmetic(single_rank_group):
     assert model.module.head_b.weight.grad is None
     assert model.module.head_a.weight.grad is not None
     assert model.completion.iterations_ended == 2
+
+
+def test_a_comm_hook_of_ones_own_is_refused_where_the_counts_ride_the_all_reduce(
+        single_rank_group):
+    model = _build(Config(dict()))
+    with pytest.raises(RuntimeError, match=r"mode 'complete' the gradient all-reduce already "
+                                           r"runs through the guard's comm hook.*write "
+                                           r'find_unused_parameters = True'):
+        model.register_comm_hook(None, lambda state, bucket: None)
+    graph = _build(Config(dict(find_unused_parameters=True)))
+    graph.register_comm_hook(None, _allreduce)  # DDP's graph search takes one
+
+
+def _allreduce(state, bucket):
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    return allreduce_hook(None, bucket)

@@ -1,15 +1,17 @@
 """The stall guard: a hang between ranks becomes a named error on every rank.
 
-Framework-free (torch and the standard library): the MMEngine adapter
-(:class:`~mmdet3d_ddp_guard.GuardedDDP` and
-:class:`~mmdet3d_ddp_guard.openmmlab2.hooks.StallPhaseHook`) only moves the position and logs.
+Framework-free (torch and the standard library): the adapters (MMEngine's
+:class:`~mmdet3d_ddp_guard.GuardedDDP` and
+:class:`~mmdet3d_ddp_guard.openmmlab2.hooks.StallPhaseHook`, mmcv 1.x's
+:class:`~mmdet3d_ddp_guard.openmmlab1.GuardedMMDistributedDataParallel`) only start it
+(:func:`watch_ranks`), move the position and log.
 """
 from .rank_position import RankPosition
 from .stall_diagnosis import Diagnosis, diagnose
-from .stall_watchdog import KEY_PREFIX, StallWatchdog, check_stall_timeout
+from .stall_watchdog import KEY_PREFIX, StallWatchdog, check_stall_timeout, watch_ranks
 
 #: Seconds without movement before a rank publishes its position (GuardedDDP's default).
 DEFAULT_STALL_TIMEOUT = 180.0
 
 __all__ = ['RankPosition', 'Diagnosis', 'diagnose', 'StallWatchdog', 'KEY_PREFIX',
-           'DEFAULT_STALL_TIMEOUT', 'check_stall_timeout']
+           'DEFAULT_STALL_TIMEOUT', 'check_stall_timeout', 'watch_ranks']

@@ -38,6 +38,21 @@ EXIT_CODE = 1
 _MOVING = json.dumps(dict(moving=True))
 
 
+def watch_ranks(position: RankPosition, timeout: Optional[float],
+                log: Callable[[str, bool], None], process_group,
+                model) -> Optional['StallWatchdog']:
+    """A wrapper's watchdog, started, with ``position`` following ``model``'s SyncBN-type
+    layers; None when the stall guard is off (``timeout`` None) or the group has one rank
+    (nobody to wait for)."""
+    check_stall_timeout(timeout)
+    if timeout is None or dist.get_world_size(process_group) < 2:
+        return None
+    watchdog = StallWatchdog(position, timeout, log, process_group)
+    position.follow_forward_collectives(model)
+    watchdog.start()
+    return watchdog
+
+
 def check_stall_timeout(timeout) -> None:
     if timeout is None:
         return

@@ -1,6 +1,5 @@
 """MMEngine's :class:`UnusedParamsHook`: the adapter of
 :class:`~mmdet3d_ddp_guard.reporting.usage_report.UsageReport` to MMEngine's Runner."""
-from typing import Optional
 
 import torch
 from mmengine.dist import is_main_process
@@ -12,13 +11,13 @@ from torch.nn.parallel import DistributedDataParallel
 from ...core.decision_policy import ACCUMULATION_BUG_UNGUARDED, configured_accumulation
 from ...core.usage_record import IterationUsage, ParamUsageRecord
 from ...core.versions import graph_search_accumulates_right
-from ...reporting.usage_report import CHECKPOINT_KEY, UsageReport, check_options, \
-    plain_ddp_fast_path
+from ...reporting.usage_report import (CHECKPOINT_KEY, ReportOptions, UsageReport,
+                                       plain_ddp_fast_path)
 from ..guarded_ddp import GuardedDDP
 
 
 @HOOKS.register_module()
-class UnusedParamsHook(Hook):
+class UnusedParamsHook(ReportOptions, Hook):
     """Reports which parameters went unused in every training iteration, on every rank.
 
     A parameter is unused in an iteration on a rank when autograd did not reach it in that
@@ -82,23 +81,6 @@ class UnusedParamsHook(Hook):
     """
 
     priority = 'NORMAL'  # after RuntimeInfoHook, before LoggerHook prints the line
-
-    def __init__(self,
-                 interval: int = 50,
-                 out_dir: Optional[str] = None,
-                 max_modules_in_log: int = 12,
-                 plot: bool = True,
-                 file_prefix: str = 'unused_params',
-                 **unknown):
-        check_options(interval, max_modules_in_log, unknown)
-        self.interval = interval
-        self.out_dir = out_dir
-        self.max_modules_in_log = max_modules_in_log
-        self.plot = plot
-        self.file_prefix = file_prefix
-        self.record: Optional[ParamUsageRecord] = None
-        #: The logging, files and summary (:class:`UsageReport`), from ``before_run``.
-        self.report: Optional[UsageReport] = None
 
     def before_run(self, runner) -> None:
         model = runner.model
