@@ -14,19 +14,15 @@ import weakref
 from typing import Optional
 
 import torch
-import torch.distributed as dist
 from mmcv.parallel import MMDistributedDataParallel
 from mmcv.runner import BaseRunner, Fp16OptimizerHook
 from mmcv.utils import Config, print_log
 
-from ..core.completion import UnusedCompletion
-from ..core.cpu_ddp import leave_gloo_cleanly_at_exit
 from ..core.ddp_compat import set_static_graph, static_graph_arguments
-from ..core.decision_policy import (FIND_UNUSED, Decision, DecisionPolicy, not_given,
-                                    resolve_request)
+from ..core.decision_policy import FIND_UNUSED, DecisionPolicy, not_given, resolve_request
 from ..core.forward_collectives import forward_collectives_warning
-from ..core.stall_guard import (DEFAULT_STALL_TIMEOUT, RankPosition, check_stall_timeout,
-                                watch_ranks)
+from ..core.guarded_wrapper import GuardedWrapper
+from ..core.stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
 from ..core.usage_record import ParamUsageRecord
 from .cpu_launch import CPUCompatibleMMDistributedDataParallel, ddp_arguments
 
@@ -37,7 +33,8 @@ OPTIONS_KEY = 'ddp_guard'
 OPTIONS = ('stall_timeout', 'enabled')
 
 
-class GuardedMMDistributedDataParallel(CPUCompatibleMMDistributedDataParallel):
+class GuardedMMDistributedDataParallel(GuardedWrapper,
+                                       CPUCompatibleMMDistributedDataParallel):
     """mmcv 1.x's DDP wrapper, which unused parameters cannot crash or hang.
 
     The same guard as MMEngine's :class:`~mmdet3d_ddp_guard.GuardedDDP` (read its docstring
@@ -88,6 +85,9 @@ class GuardedMMDistributedDataParallel(CPUCompatibleMMDistributedDataParallel):
             (torch's ``DistributedDataParallel`` arguments).
     """
 
+    comm_hook_refusal = ('mmdet3d_ddp_guard', 'write find_unused_parameters = True (DDP '
+                         'graph search) in the config')
+
     def __init__(self, module, *args, **kwargs):
         arguments = ddp_arguments(module, args, kwargs)
         script_value = arguments.pop('find_unused_parameters', False)
@@ -103,16 +103,9 @@ class GuardedMMDistributedDataParallel(CPUCompatibleMMDistributedDataParallel):
         super().__init__(module, find_unused_parameters=policy.decision.mode == FIND_UNUSED,
                          **static_graph_arguments(static_graph), **arguments)
         set_static_graph(self, static_graph)
-        self.policy = policy
-        self.usage_record = usage_record
         self._runner = None
-        self.completion = UnusedCompletion(self, usage_record, policy, self._runner_iteration,
-                                           _log_revision)
-        if dist.get_backend(self.process_group) == 'gloo':
-            leave_gloo_cleanly_at_exit()
-        self.stall_position = RankPosition(self.process_group)
-        self.stall_watchdog = watch_ranks(self.stall_position, stall_timeout, _log_stall,
-                                          self.process_group, module)
+        self.guard(module, usage_record, policy, self._runner_iteration, _log_revision,
+                   stall_timeout, _log_stall)
         self._settling_loss = type('SettlingLoss', (SettlingLoss, ),
                                    {'wrapper': weakref.ref(self)})
         # The iteration whose returned loss has not been back-propagated yet.
@@ -120,16 +113,6 @@ class GuardedMMDistributedDataParallel(CPUCompatibleMMDistributedDataParallel):
         self._reduces = True
         print_log(policy.decision.format(), logger='mmcv',
                   level=logging.WARNING if policy.decision.warning else logging.INFO)
-
-    @property
-    def decision(self) -> Decision:
-        return self.policy.decision
-
-    def register_comm_hook(self, state, hook):
-        self.completion.refuse_user_comm_hook(
-            'mmdet3d_ddp_guard', 'write find_unused_parameters = True (DDP graph search) in '
-            'the config')
-        super().register_comm_hook(state, hook)
 
     def train_step(self, *inputs, **kwargs):
         """mmcv's train step; the returned loss settles unused parameters in its backward."""

@@ -6,28 +6,25 @@ import weakref
 from typing import Dict, Optional, Union
 
 import torch
-import torch.distributed as dist
 from mmengine.logging import MessageHub, print_log
 from mmengine.model import MMDistributedDataParallel
 from mmengine.model.utils import detect_anomalous_params
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 
-from ..core.completion import UnusedCompletion
-from ..core.cpu_ddp import leave_gloo_cleanly_at_exit
 from ..core.ddp_compat import set_static_graph, static_graph_arguments
-from ..core.decision_policy import (FIND_UNUSED, Decision, DecisionPolicy, configured_accumulation,
+from ..core.decision_policy import (FIND_UNUSED, DecisionPolicy, configured_accumulation,
                                     not_given, resolve_request)
 from ..core.forward_collectives import forward_collectives_warning
-from ..core.stall_guard import (DEFAULT_STALL_TIMEOUT, RankPosition, check_stall_timeout,
-                                watch_ranks)
+from ..core.guarded_wrapper import GuardedWrapper
+from ..core.stall_guard import DEFAULT_STALL_TIMEOUT, RankPosition, check_stall_timeout
 from ..core.usage_record import ParamUsageRecord
 from ..core.versions import graph_search_accumulates_right
 from .cpu_launch import log_dropped_device_ids
 
 
 @MODEL_WRAPPERS.register_module()
-class GuardedDDP(MMDistributedDataParallel):
+class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
     """Distributed data parallel training that unused parameters cannot crash or hang.
 
     **What an unused parameter is.** DDP averages gradients across ranks bucket by bucket,
@@ -150,6 +147,9 @@ class GuardedDDP(MMDistributedDataParallel):
         **kwargs: Passed on to :class:`torch.nn.parallel.DistributedDataParallel`.
     """
 
+    comm_hook_refusal = ('GuardedDDP', 'build GuardedDDP with find_unused_parameters=True '
+                         '(DDP graph search) instead')
+
     def __init__(self,
                  module,
                  find_unused_parameters: Union[str, bool] = not_given(),
@@ -185,28 +185,11 @@ class GuardedDDP(MMDistributedDataParallel):
             **static_graph_arguments(static_graph),
             **kwargs)
         set_static_graph(self, static_graph)
-        self.policy = policy
-        self.usage_record = usage_record
-        self.completion = UnusedCompletion(self, usage_record, policy, _runner_iteration,
-                                           _log_revision)
-        if dist.get_backend(self.process_group) == 'gloo':
-            leave_gloo_cleanly_at_exit()
-        self.stall_position = RankPosition(self.process_group)
-        self.stall_watchdog = watch_ranks(self.stall_position, stall_timeout, _log_stall,
-                                          self.process_group, module)
+        self.guard(module, usage_record, policy, _runner_iteration, _log_revision,
+                   stall_timeout, _log_stall)
         self._runner = weakref.ref(runner) if runner is not None else None
         print_log(policy.decision.format(), logger='current',
                   level=logging.WARNING if policy.decision.warning else logging.INFO)
-
-    @property
-    def decision(self) -> Decision:
-        return self.policy.decision
-
-    def register_comm_hook(self, state, hook):
-        self.completion.refuse_user_comm_hook(
-            'GuardedDDP', 'build GuardedDDP with find_unused_parameters=True (DDP graph '
-            'search) instead')
-        super().register_comm_hook(state, hook)
 
     def train_step(self, data: Union[dict, tuple, list],
                    optim_wrapper: OptimWrapper) -> Dict[str, torch.Tensor]:
