@@ -1,5 +1,6 @@
 """MMEngine's :class:`UnusedParamsHook`: the adapter of
 :class:`~mmdet3d_ddp_guard.reporting.usage_report.UsageReport` to MMEngine's Runner."""
+from typing import Optional
 
 import torch
 from mmengine.dist import is_main_process
@@ -81,6 +82,8 @@ class UnusedParamsHook(ReportOptions, Hook):
     """
 
     priority = 'NORMAL'  # after RuntimeInfoHook, before LoggerHook prints the line
+    # A checkpoint loaded before ``before_run`` built the report (FlexibleRunner loads first).
+    _loaded_before_run: Optional[tuple] = None
 
     def before_run(self, runner) -> None:
         model = runner.model
@@ -103,6 +106,8 @@ class UnusedParamsHook(ReportOptions, Hook):
             model.stall_watchdog.add_exit_callback(self.report.write_summary)
         self.record.add_listener(self._on_usage)
         self.report.prepare_out_dir(fresh=not runner._resume)
+        if self._loaded_before_run is not None:
+            self.report.restore(*self._loaded_before_run, resumed=runner._resume)
 
     @staticmethod
     def _warn_graph_search_accumulation(runner, model) -> None:
@@ -117,8 +122,11 @@ class UnusedParamsHook(ReportOptions, Hook):
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         meta = checkpoint.get('meta', {})
-        self.report.restore(meta.get(CHECKPOINT_KEY), meta.get('iter', 0),
-                            resumed=runner._resume)
+        loaded = (meta.get(CHECKPOINT_KEY), meta.get('iter', 0))
+        if self.report is None:
+            self._loaded_before_run = loaded
+        else:
+            self.report.restore(*loaded, resumed=runner._resume)
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
         self.report.start_iteration()
