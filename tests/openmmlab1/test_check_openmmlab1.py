@@ -32,7 +32,6 @@ CONFIG = osp.join(REPO, 'tests/openmmlab1/configs/tiny_retinanet_branch.py')
 PLAIN_CONFIG = osp.join(REPO,
                         'tests/openmmlab1/projects/configs/plugin_tiny_retinanet_branch_plain.py')
 TRAIN = osp.join(REPO, 'tests/openmmlab1/projects/train.py')
-MMENGINE_CONFIG = osp.join(REPO, 'configs/toy/toy_detector_skip_branch.py')
 ADVICE = "custom_imports = dict(imports=['mmdet3d_ddp_guard'], allow_failed_imports=False)"
 
 
@@ -70,13 +69,24 @@ def _check(tmp_path, capsys, *options):
     return code, out, prediction, summary
 
 
-def test_the_config_keys_say_which_framework_it_is_written_for():
+@pytest.fixture
+def mmengine_config(tmp_path):
+    """An MMEngine config's top-level keys (the leg runs from a copy of tests/ alone)."""
+    path = tmp_path / 'mmengine_style.py'
+    path.write_text("model = dict(type='ToyDetector')\n"
+                    "train_dataloader = dict(batch_size=2, dataset=dict(type='ToyDataset'))\n"
+                    "optim_wrapper = dict(optimizer=dict(type='SGD', lr=0.1))\n"
+                    'train_cfg = dict(by_epoch=False, max_iters=2)\n')
+    return str(path)
+
+
+def test_the_config_keys_say_which_framework_it_is_written_for(mmengine_config):
     # Read from the source, through the _base_ chain, without running either Config.
     keys = config_file_keys(PLAIN_CONFIG)
     assert keys['runner']['type'] == 'IterBasedRunner' and 'optimizer_config' in keys
     assert keys['ddp_guard'] == dict(enabled=False) and keys['plugin'] is True
     assert written_for(PLAIN_CONFIG) == written_for(CONFIG) == MMCV1
-    assert written_for(MMENGINE_CONFIG) == MMENGINE
+    assert written_for(mmengine_config) == MMENGINE
     # MMEngine's keys win over the 1.x ones; a config with neither says neither.
     assert framework_of_config(dict(optim_wrapper={}, optimizer_config={})) == MMENGINE
     assert framework_of_config(dict(train_cfg=dict(type='IterBasedTrainLoop'),
@@ -86,16 +96,17 @@ def test_the_config_keys_say_which_framework_it_is_written_for():
     assert framework_of_config(dict(model={})) is None
 
 
-def test_the_installed_framework_simulates_and_a_foreign_config_is_bad_usage(capsys):
+def test_the_installed_framework_simulates_and_a_foreign_config_is_bad_usage(
+        mmengine_config, capsys):
     installed = installed_frameworks()
     if len(installed) == 1:
         # Only the installed framework's Config can read its configs.
-        assert config_framework(CONFIG) == config_framework(MMENGINE_CONFIG) == \
+        assert config_framework(CONFIG) == config_framework(mmengine_config) == \
             next(iter(installed))
     else:
-        assert (config_framework(CONFIG), config_framework(MMENGINE_CONFIG)) == \
+        assert (config_framework(CONFIG), config_framework(mmengine_config)) == \
             (MMCV1, MMENGINE)
-    for framework, config in ((MMCV1, CONFIG), (MMENGINE, MMENGINE_CONFIG)):
+    for framework, config in ((MMCV1, CONFIG), (MMENGINE, mmengine_config)):
         if framework not in installed:
             assert main(['check', config, '--world-size', '2']) == 2
             assert f'is written for {"mmcv-full 1.x" if framework == MMCV1 else "MMEngine"}' \
