@@ -1,15 +1,12 @@
 """Which OpenMMLab framework is installed, read from the installed distributions so that
 finding out imports neither (``import mmcv`` 1.x is slow, and mmcv 2.x pulls MMEngine)."""
+from importlib import metadata
 from typing import Dict, Optional
 
 from .versions import major_minor
 
 
 def _distribution_version(name: str) -> Optional[str]:
-    try:
-        from importlib import metadata
-    except ImportError:  # Python 3.8 has it; this is for a stripped-down interpreter
-        return None
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:

@@ -6,9 +6,8 @@ from mmcv.runner import (HOOKS, BaseRunner, CheckpointHook, Hook, IterBasedRunne
                          OptimizerHook, get_dist_info)
 
 from ..core.decision_policy import MMCV1_GUARD_SETTING
-from ..core.usage_record import IterationUsage, ParamUsageRecord
-from ..reporting.usage_report import (CHECKPOINT_KEY, ReportOptions, UsageReport,
-                                      plain_ddp_fast_path)
+from ..core.usage_record import IterationUsage
+from ..reporting.usage_report import CHECKPOINT_KEY, ReportOptions
 from .guarded_mmcv_ddp import GuardedMMDistributedDataParallel
 
 #: The runner attribute that keeps the ``meta`` of the checkpoint it loaded last.
@@ -80,27 +79,16 @@ class UnusedParamsHook(ReportOptions, Hook):
     def __init__(self, **options):
         super().__init__(**options)
         self._state_stale = False
+
     def before_run(self, runner) -> None:
         model = runner.model
-        guarded = isinstance(model, GuardedMMDistributedDataParallel)
-        if guarded:
-            self.record = model.usage_record
-        else:
-            self.record = ParamUsageRecord(model.module if is_module_wrapper(model) else model)
         self._runner = runner
-        self.out_dir = self.out_dir or runner.work_dir
         # Under mmcv's DDP no no_sync() runs (GradientCumulativeOptimizerHook reduces every
         # micro-step), so MMEngine's warning about the graph search's accumulation is moot.
-        self.report = UsageReport(
-            self.record, self.out_dir, runner.logger, self.file_prefix, self.interval,
-            self.max_modules_in_log, self.plot, main_process=get_dist_info()[0] == 0,
-            drives_record=not guarded,
-            stops_unreached=not guarded and plain_ddp_fast_path(model),
-            guard_setting=MMCV1_GUARD_SETTING)
-        if guarded and model.stall_watchdog is not None:
-            # A stall that ends the run leaves through os._exit: no after_run.
-            model.stall_watchdog.add_exit_callback(self.report.write_summary)
-        self.record.add_listener(self._on_usage)
+        self.start_report(model, model.module if is_module_wrapper(model) else model,
+                          isinstance(model, GuardedMMDistributedDataParallel),
+                          runner.work_dir, runner.logger, get_dist_info()[0] == 0,
+                          self._on_usage, MMCV1_GUARD_SETTING)
         # mmcv's runners count from 0 unless runner.resume set epoch and iter.
         resumed = runner.iter > 0
         self.report.prepare_out_dir(fresh=not resumed)

@@ -54,6 +54,36 @@ class ReportOptions:
         self.record: Optional[ParamUsageRecord] = None
         self.report: Optional['UsageReport'] = None
 
+    def start_report(self, model, module, guarded: bool, work_dir: str, logger,
+                     main_process: bool, listener,
+                     guard_setting: str = MMENGINE_GUARD_SETTING) -> None:
+        """What both hooks' ``before_run`` do: the record (the guarded wrapper's own, one
+        set of autograd hooks; else one of the hook's own on ``module``), the report, its
+        summary as the stall guard's exit callback, and ``listener`` on the record.
+
+        Args:
+            model: The runner's model (a wrapper, or the module itself).
+            module (nn.Module): The model inside the wrapper.
+            guarded (bool): Whether ``model`` is this framework's guarded wrapper.
+            work_dir (str): Where the files go unless ``out_dir`` was given.
+            logger: The runner's logger.
+            main_process (bool): Whether this process writes the files.
+            listener (callable): ``listener(usage, changed)`` for every resolved iteration.
+            guard_setting (str): See :class:`UsageReport`.
+        """
+        self.record = model.usage_record if guarded else ParamUsageRecord(module)
+        self.out_dir = self.out_dir or work_dir
+        self.report = UsageReport(
+            self.record, self.out_dir, logger, self.file_prefix, self.interval,
+            self.max_modules_in_log, self.plot, main_process=main_process,
+            drives_record=not guarded,
+            stops_unreached=not guarded and plain_ddp_fast_path(model),
+            guard_setting=guard_setting)
+        if guarded and model.stall_watchdog is not None:
+            # A stall that ends the run leaves through os._exit: no after_train / after_run.
+            model.stall_watchdog.add_exit_callback(self.report.write_summary)
+        self.record.add_listener(listener)
+
 
 def plain_ddp_fast_path(model) -> bool:
     """Whether ``model`` is torch's DDP (or a subclass) on its fast path, where an unreached

@@ -10,10 +10,9 @@ from mmengine.registry import HOOKS
 from torch.nn.parallel import DistributedDataParallel
 
 from ...core.decision_policy import ACCUMULATION_BUG_UNGUARDED, configured_accumulation
-from ...core.usage_record import IterationUsage, ParamUsageRecord
+from ...core.usage_record import IterationUsage
 from ...core.versions import graph_search_accumulates_right
-from ...reporting.usage_report import (CHECKPOINT_KEY, ReportOptions, UsageReport,
-                                       plain_ddp_fast_path)
+from ...reporting.usage_report import CHECKPOINT_KEY, ReportOptions
 from ..guarded_ddp import GuardedDDP
 
 
@@ -88,23 +87,11 @@ class UnusedParamsHook(ReportOptions, Hook):
     def before_run(self, runner) -> None:
         model = runner.model
         guarded = isinstance(model, GuardedDDP)
-        if guarded:
-            self.record = model.usage_record
-        else:
-            module = model.module if is_model_wrapper(model) else model
-            self.record = ParamUsageRecord(module)
+        if not guarded:
             self._warn_graph_search_accumulation(runner, model)
         self._runner = runner
-        self.out_dir = self.out_dir or runner.work_dir
-        self.report = UsageReport(
-            self.record, self.out_dir, runner.logger, self.file_prefix, self.interval,
-            self.max_modules_in_log, self.plot, main_process=is_main_process(),
-            drives_record=not guarded,
-            stops_unreached=not guarded and plain_ddp_fast_path(model))
-        if guarded and model.stall_watchdog is not None:
-            # A stall that ends the run leaves through os._exit: no after_train.
-            model.stall_watchdog.add_exit_callback(self.report.write_summary)
-        self.record.add_listener(self._on_usage)
+        self.start_report(model, model.module if is_model_wrapper(model) else model, guarded,
+                          runner.work_dir, runner.logger, is_main_process(), self._on_usage)
         self.report.prepare_out_dir(fresh=not runner._resume)
         if self._loaded_before_run is not None:
             self.report.restore(*self._loaded_before_run, resumed=runner._resume)
