@@ -27,7 +27,7 @@ check_torch(torch.__version__)
 
 from .core.decision_policy import Decision  # noqa: E402
 from .core.errors import StaticGraphChangedError, UnusedParametersError  # noqa: E402
-from .core.frameworks import installed_frameworks  # noqa: E402
+from .core.frameworks import MMCV1, MMENGINE, installed_frameworks  # noqa: E402
 from .core.usage_record import IterationUsage, ParamUsageRecord  # noqa: E402
 from .version import __version__  # noqa: E402
 
@@ -37,10 +37,10 @@ __all__ = [
 ]
 
 FRAMEWORKS = installed_frameworks()
-if 'mmengine' in FRAMEWORKS:
+if MMENGINE in FRAMEWORKS:
     from .openmmlab2 import (CPUCompatibleMMDDP, GuardedDDP, StallPhaseHook,  # noqa: E402
                              UnusedParamsHook)
     __all__ += ['GuardedDDP', 'UnusedParamsHook', 'StallPhaseHook', 'CPUCompatibleMMDDP']
-if 'mmcv-full' in FRAMEWORKS:
+if MMCV1 in FRAMEWORKS:
     from .openmmlab1 import GuardedMMDistributedDataParallel  # noqa: E402
     __all__ += ['GuardedMMDistributedDataParallel']

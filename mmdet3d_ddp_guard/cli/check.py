@@ -23,10 +23,10 @@ import tempfile
 from typing import Any, Dict, Mapping, Optional
 
 from ..core.ddp_outcome import HANGS, OK
+from ..core.decision_policy import GUARD_SETTINGS
 from ..core.decision_policy import MMCV1_GUARD_SETTING as IMPORT_LINE
-from ..core.decision_policy import MMENGINE_GUARD_SETTING
 from ..core.forward_collectives import sync_norm_cfg_keys
-from ..core.frameworks import installed_frameworks
+from ..core.frameworks import MMCV1, MMENGINE, installed_frameworks
 from ..core.simulated_ranks import SimulationError
 from ..reporting.ddp_prediction import plot_prediction, predict, prediction_text, write_json
 from ..reporting.usage_summary import summary_dict, summary_text, write_summary
@@ -35,8 +35,6 @@ PLAIN_DDP_BREAKS = 1
 BAD_USAGE = 2
 #: Longer per-iteration tables go to a PNG in the work dir as well.
 MAX_TABLE_ROWS = 20
-#: The framework names of :func:`installed_frameworks`, one per adapter.
-MMENGINE, MMCV1 = 'mmengine', 'mmcv-full'
 #: Top-level keys only an MMEngine config has (mmcv 1.x reads none of them).
 MMENGINE_MARKERS = ('optim_wrapper', 'train_dataloader', 'default_scope')
 #: The frameworks as the usage errors name them.
@@ -44,7 +42,6 @@ FRAMEWORK_NAMES = {MMENGINE: 'MMEngine (OpenMMLab 2.x)',
                    MMCV1: 'mmcv-full 1.x (OpenMMLab 1.x: mmdet 2.x, mmdet3d 0.x)'}
 #: mmcv 1.x's runners, named by ``runner = dict(type=...)`` in a 1.x config.
 MMCV1_RUNNERS = ('IterBasedRunner', 'EpochBasedRunner')
-#: The one line that guards an mmcv-full 1.x training (no config line picks its DDP wrapper).
 
 
 def framework_of_config(cfg: Mapping[str, Any]) -> Optional[str]:
@@ -192,7 +189,7 @@ def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE):
                          sync_norm_cfg_keys(cfg.model))
     prediction.update(seed=simulation.seed, seed_from_config=simulation.seed_given)
     summary = summary_dict(record.table, record.statistics, world_size,
-                           IMPORT_LINE if framework == MMCV1 else MMENGINE_GUARD_SETTING)
+                           GUARD_SETTINGS[framework])
     plain = prediction['plain_ddp']
     # The prediction sees forward collectives too: its verdict is the summary's.
     summary['verdict'].update(plain_ddp_fails=plain['outcome'] != OK,

@@ -13,8 +13,8 @@ import logging
 import os.path as osp
 import sys
 
-from ..core.decision_policy import MMCV1_GUARD_SETTING, MMENGINE_GUARD_SETTING
-from ..core.frameworks import installed_frameworks
+from ..core.decision_policy import GUARD_SETTINGS
+from ..core.frameworks import MMCV1, MMENGINE, installed_frameworks
 from ..reporting.usage_history import (RecordedTable, history_path, missing_iterations,
                                        read_history, replay_statistics, table_path)
 from ..reporting.usage_summary import summary_dict, summary_text, write_summary
@@ -72,10 +72,9 @@ def main(args: argparse.Namespace) -> int:
                        'summary covers the iterations it has.')
     world_size = max(len(line['unused_per_rank']) for line in lines)
     # The files do not say which framework wrote them; the post-mortem runs where it trained.
-    guard_setting = MMENGINE_GUARD_SETTING if 'mmengine' in installed_frameworks() \
-        else MMCV1_GUARD_SETTING
+    framework = MMENGINE if MMENGINE in installed_frameworks() else MMCV1
     summary = summary_dict(table, replay_statistics(len(table), lines), world_size,
-                           guard_setting)
+                           GUARD_SETTINGS[framework])
     try:
         paths = write_summary(args.work_dir, args.prefix, summary, table, lines,
                               plot=not args.no_plot)

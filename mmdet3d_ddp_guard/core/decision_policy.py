@@ -11,6 +11,7 @@ from typing import List, Optional, Tuple, Union
 import torch
 
 from .ddp_outcome import FAILS, UNDEFINED_GRADIENTS_ONLY, outcome_line
+from .frameworks import MMCV1, MMENGINE
 from .param_table import ParamTable
 from .usage_record import IterationUsage, UsageStatistics
 from .versions import graph_search_accumulates_right
@@ -320,6 +321,7 @@ def evidence_lines(usage: IterationUsage, statistics: UsageStatistics,
 MMENGINE_GUARD_SETTING = "model_wrapper_cfg = dict(type='GuardedDDP')"
 MMCV1_GUARD_SETTING = ("custom_imports = dict(imports=['mmdet3d_ddp_guard'], "
                        'allow_failed_imports=False)')
+GUARD_SETTINGS = {MMENGINE: MMENGINE_GUARD_SETTING, MMCV1: MMCV1_GUARD_SETTING}
 
 
 def recommended_setting(statistics: UsageStatistics,

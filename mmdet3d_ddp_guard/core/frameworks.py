@@ -5,6 +5,9 @@ from typing import Dict, Optional
 
 from .versions import major_minor
 
+#: The names of the frameworks, one per adapter (openmmlab2, openmmlab1).
+MMENGINE, MMCV1 = 'mmengine', 'mmcv-full'
+
 
 def _distribution_version(name: str) -> Optional[str]:
     try:
@@ -20,13 +23,13 @@ def installed_frameworks() -> Dict[str, str]:
     found = {}
     mmengine = _distribution_version('mmengine')
     if mmengine is not None:
-        found['mmengine'] = mmengine
+        found[MMENGINE] = mmengine
     mmcv1 = _distribution_version('mmcv-full')
     if mmcv1 is None:
         mmcv = _distribution_version('mmcv')
         mmcv1 = mmcv if mmcv is not None and major_minor(mmcv) < (2, 0) else None
     if mmcv1 is not None:
-        found['mmcv-full'] = mmcv1
+        found[MMCV1] = mmcv1
     if not found:
         raise ImportError(
             'mmdet3d_ddp_guard guards the DDP of an OpenMMLab training, and neither of its '
