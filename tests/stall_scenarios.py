@@ -2,7 +2,7 @@
 collective in a branch, a loss term reduced on some ranks only, or a rank that raises; and a
 healthy Runner with a slow rank."""
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -22,27 +22,52 @@ try:
     from mmdet3d.models.layers.norm import NaiveSyncBatchNorm1d
 except ImportError:  # the version matrix's venvs have no mmdet3d
     NaiveSyncBatchNorm1d = None
-#: Where the ranks that did not take the branch wait, in the diagnosis's words.
-OTHERS_WAIT_IN = ("refiner.1 (NaiveSyncBatchNorm1d)'s collective, call 1 of iteration 1"
-                  if NaiveSyncBatchNorm1d else "DDP's gradient all-reduce (iteration 1")
+
+
+class PluginSyncBN1d(nn.BatchNorm1d):
+    """A codebase's own synchronised BN, as ``projects/.../norm.py`` files write them: its
+    training forward all-gathers the batch statistics, in a class that the guard's list of
+    known layers does not hold."""
+
+    def forward(self, x):
+        if not self.training or dist.get_world_size() < 2:
+            return super().forward(x)
+        stats = torch.stack([x.mean(0), (x * x).mean(0)])
+        gathered = [torch.empty_like(stats) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, stats.detach())
+        mean, mean_of_squares = torch.stack(gathered).mean(0)
+        scale = torch.rsqrt(mean_of_squares - mean * mean + self.eps)
+        return (x - mean) * scale * self.weight + self.bias
+
+
+#: The patterns whose branch holds a synchronised BN (the other ranks skip it).
+SYNC_BN_PATTERNS = ('sync_bn_branch', 'plugin_sync_bn_branch')
 
 
 class CollectiveBranchToy(BaseModel):
-    """A stem, a refiner with mmdet3d's NaiveSyncBatchNorm1d (a plain BatchNorm1d where
-    mmdet3d is missing) in a branch, a head. What the ranks that take the branch do, by
-    ``pattern``: 'sync_bn_branch', run the refiner (the others skip it); 'loss_all_reduce',
-    all-reduce the number of positives for the loss, as when a class has boxes;
-    'raises', raise in the forward (the others wait in the refiner's collective)."""
+    """A stem, a refiner with a synchronised BN in a branch, a head. The BN is mmdet3d's
+    NaiveSyncBatchNorm1d (a plain BatchNorm1d where mmdet3d is missing), or
+    :class:`PluginSyncBN1d` for the 'plugin_' pattern. What the ranks that take the branch
+    do, by ``pattern``: 'sync_bn_branch' and 'plugin_sync_bn_branch', run the refiner (the
+    others skip it); 'loss_all_reduce', all-reduce the number of positives for the loss, as
+    when a class has boxes; 'async_all_gather', all-gather a feature with
+    ``async_op=True`` and wait for it later in the forward; 'raises', raise in the forward
+    (the others wait in the refiner's collective)."""
 
     def __init__(self, pattern: str):
         super().__init__()
         if pattern == 'sync_bn_branch' and NaiveSyncBatchNorm1d is None:
             raise RuntimeError("the pattern 'sync_bn_branch' needs mmdet3d")
-        norm = NaiveSyncBatchNorm1d or nn.BatchNorm1d
+        norm = PluginSyncBN1d if pattern == 'plugin_sync_bn_branch' else \
+            NaiveSyncBatchNorm1d or nn.BatchNorm1d
         self.pattern = pattern
         self.stem = nn.Linear(8, 16)
         self.refiner = nn.Sequential(nn.Linear(16, 16), norm(16))
         self.head = nn.Linear(16, 1)
+
+    #: Seconds the forward sleeps before the async all-gather; where the waiting ranks block.
+    pre_branch_delay = 0.0
+    wait_in_helper = False
 
     def forward(self, inputs, take_branch, mode='loss'):
         x = F.relu(self.stem(inputs))
@@ -51,9 +76,21 @@ class CollectiveBranchToy(BaseModel):
             raise ValueError('this rank cannot read its batch')
         if take_branch and self.pattern == 'loss_all_reduce':
             dist.all_reduce(positives)
-        if take_branch or self.pattern != 'sync_bn_branch':
+        gathered = None
+        if take_branch and self.pattern == 'async_all_gather':
+            time.sleep(self.pre_branch_delay)
+            gathered = [torch.empty(16) for _ in range(dist.get_world_size())]
+            work = dist.all_gather(gathered, x.detach().mean(0), async_op=True)
+        if take_branch or self.pattern not in SYNC_BN_PATTERNS:
             x = x + self.refiner(x)
+        if gathered is not None:
+            _wait_elsewhere(work) if self.wait_in_helper else work.wait()
+            x = x + torch.stack(gathered).mean(0)
         return dict(loss_box=self.head(x).pow(2).mean() / positives)
+
+
+def _wait_elsewhere(work) -> None:
+    work.wait()
 
 
 def train_into_a_hang(rank: int, world_size: int, pattern: str, branch_ranks: Sequence[int],
@@ -67,8 +104,45 @@ def train_into_a_hang(rank: int, world_size: int, pattern: str, branch_ranks: Se
         hangs = iteration == hang_iteration
         if hangs:
             print(f'{HANG_MARK} {time.time()}', flush=True)
-        take_branch = rank in branch_ranks if hangs else pattern == 'sync_bn_branch'
+        take_branch = rank in branch_ranks if hangs else pattern in SYNC_BN_PATTERNS
         ddp.train_step(dict(inputs=torch.randn(4, 8), take_branch=take_branch), optim_wrapper)
+
+
+def train_through_a_wait(rank: int, world_size: int, case: str, stall_timeout: float,
+                         slow_for: Optional[float] = None, steps: int = 4,
+                         wait_iteration: int = 1) -> None:
+    """Trains a healthy toy (every rank runs every collective) under GuardedDDP; in
+    ``wait_iteration`` rank 0 takes ``slow_for`` seconds (2.5 stall timeouts), by ``case``:
+
+    - 'slow_rank_syncs': in its forward, before the refiner's all-gather; the other ranks
+      issue it with ``async_op=True`` and block at different places (odd ranks in
+      ``work.wait()``, even ones in a helper that waits), as NCCL ranks block at different
+      syncs;
+    - 'evaluation': alone after the step, in the 'validation' phase (metrics computed on
+      rank 0), while the others wait in ``broadcast_object_list`` for its result.
+
+    Prints the stall watchdog's store operations at the end."""
+    slow_for = 2.5 * stall_timeout if slow_for is None else slow_for
+    torch.manual_seed(0)
+    ddp = GuardedDDP(CollectiveBranchToy('async_all_gather'), stall_timeout=stall_timeout)
+    optim_wrapper = OptimWrapper(torch.optim.SGD(ddp.parameters(), lr=0.01))
+    for iteration in range(steps):
+        slow = iteration == wait_iteration and rank == 0
+        if slow and case == 'slow_rank_syncs':
+            ddp.module.pre_branch_delay = slow_for
+        ddp.module.wait_in_helper = rank % 2 == 0
+        ddp.train_step(dict(inputs=torch.randn(4, 8), take_branch=True), optim_wrapper)
+        ddp.module.pre_branch_delay = 0.0
+        if iteration == wait_iteration and case == 'evaluation':
+            ddp.stall_position.enter('validation')
+            if slow:
+                time.sleep(slow_for)
+            metrics = [dict(mAP=0.5)] if rank == 0 else [None]
+            dist.broadcast_object_list(metrics, src=0)
+            ddp.stall_position.enter('data')
+    # Rank 0's process hosts the store: it must not leave while another rank still reads.
+    dist.barrier()
+    print(f'STORE OPERATIONS {ddp.stall_watchdog.store_operations}', flush=True)
 
 
 @HOOKS.register_module()

@@ -58,6 +58,12 @@ class UnusedCompletion:
         """Whether the gradient all-reduce runs through the counts' comm hook."""
         return self._counts is not None
 
+    def watch_buckets(self, listener: Callable[[object, int, int], None]) -> None:
+        """``listener(group, bucket_index, numel)`` for every gradient bucket the counts'
+        comm hook all-reduces (the stall guard's record); nothing in the modes without it."""
+        if self._counts is not None:
+            self._counts.bucket_listener = listener
+
     def refuse_user_comm_hook(self, wrapper: str, fix: str) -> None:
         """Raises when the all-reduce already runs through the counts' comm hook (DDP takes
         one comm hook): ``fix`` says how to get DDP's graph search, which needs none."""

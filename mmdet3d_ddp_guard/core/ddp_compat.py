@@ -9,6 +9,9 @@ hand, and the version matrix runs each side of each gate):
   reliable bucket count, which is why it is not supported (:mod:`.versions`).
 - What a comm hook's future holds: a one-tensor list in torch 1.9, the tensor from 1.10 on
   (pytorch/pytorch#62074).
+- ``GradBucket.get_index()`` in torch 1.9, ``index()`` from 1.10 on.
+- Whether Dynamo is tracing: ``torch.compiler.is_compiling`` from torch 2.3,
+  ``torch._dynamo.is_compiling`` in 2.0 to 2.2; torch 1.x has no compiler.
 - DDP's ``static_graph`` argument is new in torch 1.11; torch 1.9 and 1.10 have the private
   ``DistributedDataParallel._set_static_graph()``, to be called before the first forward.
 """
@@ -37,6 +40,23 @@ def is_last_bucket(bucket) -> bool:
     """Whether DDP reduces this bucket last in the iteration (launched only once every
     parameter of this rank is ready)."""
     return bucket.is_last() if NEW_GRAD_BUCKET_API else bucket.is_the_last_bucket_to_allreduce()
+
+
+def bucket_index(bucket) -> int:
+    """The bucket's index in DDP's order of all-reduces."""
+    return bucket.index() if NEW_GRAD_BUCKET_API else bucket.get_index()
+
+
+def _compiling_test():
+    compiler = getattr(torch, 'compiler', None)
+    if compiler is not None and hasattr(compiler, 'is_compiling'):
+        return compiler.is_compiling
+    dynamo_test = getattr(getattr(torch, '_dynamo', None), 'is_compiling', None)
+    return dynamo_test or (lambda: False)
+
+
+#: ``is_compiling()``: whether Dynamo is tracing the caller (False on torch 1.x).
+is_compiling = _compiling_test()
 
 
 def hook_result(tensor: torch.Tensor) -> Union[torch.Tensor, List[torch.Tensor]]:

@@ -5,6 +5,7 @@
 the user asked for and builds the usage record before DDP (its framework's way), then calls
 :meth:`GuardedWrapper.guard` with what it decided.
 """
+import contextlib
 from typing import Callable, Optional
 
 import torch.distributed as dist
@@ -18,7 +19,11 @@ from .usage_record import ParamUsageRecord
 
 
 class GuardedWrapper:
-    """The completion, the stall guard and the comm-hook rule of a guarded DDP wrapper.
+    """The completion, the stall guard, the comm-hook rule and the per-step sequence of a
+    guarded DDP wrapper.
+
+    Both adapters run a training step the same way: :meth:`guarded_step` around the whole
+    step, :meth:`backward_then_settle` around the backward, wherever their framework runs it.
 
     A subclass names itself and the way to DDP's graph search in ``comm_hook_refusal``
     (``(wrapper, fix)``, the words of the error a user's own comm hook gets while the counts
@@ -39,9 +44,48 @@ class GuardedWrapper:
                                            log_revision)
         if dist.get_backend(self.process_group) == 'gloo':
             leave_gloo_cleanly_at_exit()
-        self.stall_position = RankPosition(self.process_group)
+        self.stall_position = RankPosition(module)
         self.stall_watchdog = watch_ranks(self.stall_position, stall_timeout, log_stall,
-                                          self.process_group, module)
+                                          self.process_group)
+        if self.stall_watchdog is not None:
+            self.completion.watch_buckets(self.stall_position.collectives.record_bucket)
+        self._reported: Optional[BaseException] = None
+
+    @contextlib.contextmanager
+    def guarded_step(self, then: Optional[str] = None):
+        """One training step: the previous iteration's per-rank detail resolved, this
+        iteration's position and record started; ``then``, the phase after a step that
+        returned; an error that leaves the step told to the stall guard first."""
+        try:
+            # The previous iteration's per-rank detail, unless a hook has read it already.
+            self.usage_record.resolve()
+            self.stall_position.start_forward(self.completion.current_iteration())
+            self.usage_record.start_iteration()
+            yield
+        except Exception as error:
+            self._report(error)
+            raise
+        if then is not None:
+            self.stall_position.enter(then)
+
+    def backward_then_settle(self, backward: Callable[[], None], reduces: bool) -> None:
+        """Runs ``backward()`` and settles its unused parameters before the optimizer step;
+        ``reduces`` is False inside ``no_sync`` (accumulation)."""
+        position = self.stall_position
+        position.enter('backward')
+        try:
+            backward()
+            position.enter('settling')
+            self.completion.settle(reduces)
+        except Exception as error:
+            self._report(error)
+            raise
+        position.enter('optimizer step')
+
+    def _report(self, error: BaseException) -> None:
+        if self.stall_watchdog is not None and error is not self._reported:
+            self._reported = error
+            self.stall_watchdog.report_exception(error)
 
     @property
     def decision(self) -> Decision:

@@ -27,7 +27,11 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from .ddp_compat import bucket_buffer, hook_result, is_last_bucket
+from .ddp_compat import bucket_buffer, bucket_index, hook_result, is_last_bucket
+
+# c10d's own function: the stall guard records the buckets it issues as DDP's, not again as
+# Python-level collectives (it replaces only the ``torch.distributed`` namespace's).
+_all_reduce = dist.distributed_c10d.all_reduce
 
 #: Largest integer every float dtype represents exactly along with all smaller ones.
 _EXACT_INTEGERS = {torch.float16: 2048, torch.bfloat16: 256}
@@ -49,12 +53,15 @@ class UnusedCountsState:
 
     Attributes:
         counts (Tensor, optional): The all-reduced payload of the last counted backward.
+        bucket_listener (callable, optional): ``bucket_listener(group, index, numel)`` for
+            every all-reduce the hook issues (the stall guard's collective record).
     """
 
     def __init__(self, process_group, local_payload: Callable):
         self.process_group = process_group
         self.local_payload = local_payload
         self.counts: Optional[torch.Tensor] = None
+        self.bucket_listener: Optional[Callable[[object, int, int], None]] = None
         self._zeros: Dict[Tuple, torch.Tensor] = {}
 
     def zeros(self, length: int, device, dtype) -> torch.Tensor:
@@ -72,6 +79,10 @@ class UnusedCountsState:
         return counts
 
 
+def _no_listener(group, index: int, numel: int) -> None:
+    pass
+
+
 # No return annotation: DDP checks it, and torch 1.9 accepts only a bare ``Future`` where
 # newer torch accepts only ``Future[torch.Tensor]``; both accept none.
 def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBucket):
@@ -79,16 +90,20 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
     group = state.process_group if state.process_group is not None else dist.group.WORLD
     world_size = group.size()
     buffer = bucket_buffer(bucket)
+    listener = state.bucket_listener or _no_listener
     if not is_last_bucket(bucket):
+        listener(state.process_group, bucket_index(bucket), buffer.numel())
         buffer.div_(world_size)
-        return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(
+        return _all_reduce(buffer, group=group, async_op=True).get_future().then(
             lambda fut: hook_result(fut.value()[0]))
     dtype = buffer.dtype if counts_fit(buffer.dtype, world_size) else torch.float32
     payload = state.local_payload(buffer.device, dtype)
     if dtype != buffer.dtype:
-        reduced_buffer = dist.all_reduce(buffer.div_(world_size), group=group,
+        listener(state.process_group, bucket_index(bucket), buffer.numel())
+        listener(state.process_group, bucket_index(bucket), payload.numel())
+        reduced_buffer = _all_reduce(buffer.div_(world_size), group=group,
                                          async_op=True).get_future()
-        reduced_counts = dist.all_reduce(payload.clone(), group=group,
+        reduced_counts = _all_reduce(payload.clone(), group=group,
                                          async_op=True).get_future()
 
         def keep_counts(fut):
@@ -96,6 +111,7 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
             return hook_result(fut.value()[0].value()[0])
 
         return torch.futures.collect_all([reduced_buffer, reduced_counts]).then(keep_counts)
+    listener(state.process_group, bucket_index(bucket), buffer.numel() + payload.numel())
     combined = torch.cat([buffer.div(world_size), payload])
 
     def split(fut):
@@ -103,4 +119,4 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
         state.counts = reduced[buffer.numel():]
         return hook_result(reduced[:buffer.numel()])
 
-    return dist.all_reduce(combined, group=group, async_op=True).get_future().then(split)
+    return _all_reduce(combined, group=group, async_op=True).get_future().then(split)

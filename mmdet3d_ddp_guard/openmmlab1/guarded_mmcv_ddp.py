@@ -8,10 +8,11 @@ read. So the class itself is guarded, in place: :func:`guard_mmcv_ddp` gives it 
 ``__new__`` that builds a :class:`GuardedMMDistributedDataParallel` instead, whatever name
 the caller holds it by. Subclasses of it that a codebase defines are left alone.
 """
+import functools
 import logging
 import sys
 import weakref
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from mmcv.parallel import MMDistributedDataParallel
@@ -24,6 +25,7 @@ from ..core.forward_collectives import forward_collectives_warning
 from ..core.guarded_wrapper import GuardedWrapper
 from ..core.stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
 from ..core.usage_record import ParamUsageRecord
+from .stall_guard_end_hook import StallGuardEndHook
 from .cpu_launch import CPUCompatibleMMDistributedDataParallel, ddp_arguments
 
 #: The config's own options for the guard: ``ddp_guard = dict(stall_timeout=300)``;
@@ -121,22 +123,19 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
             if isinstance(caller, BaseRunner):  # mmcv's runners call model.train_step
                 self._runner = weakref.ref(caller)
                 self._refuse_fp16_on_the_cpu(caller)
-        try:
+                if self.stall_watchdog is not None:
+                    caller.register_hook(StallGuardEndHook(self.stall_watchdog),
+                                         priority='LOWEST')
+        with self.guarded_step():
             if self._awaiting_backward is not None:
                 raise RuntimeError(_NO_SETTLING_BACKWARD.format(
                     iteration=self._awaiting_backward))
-            self.usage_record.resolve()  # the previous iteration's per-rank detail
-            self.stall_position.start_forward(self.completion.current_iteration())
-            self.usage_record.start_iteration()
             outputs = super().train_step(*inputs, **kwargs)
             self._reduces = torch.is_grad_enabled() and self.require_backward_grad_sync
             if isinstance(outputs, dict) and isinstance(outputs.get('loss'), torch.Tensor) \
                     and outputs['loss'].requires_grad:
                 outputs['loss'] = outputs['loss'].as_subclass(self._settling_loss)
                 self._awaiting_backward = self.completion.current_iteration()
-        except Exception as error:
-            self._report(error)
-            raise
         return outputs
 
     def _refuse_fp16_on_the_cpu(self, runner) -> None:
@@ -149,20 +148,10 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
             'loss scaler is torch.cuda.amp\'s. The model is on the CPU here: remove fp16 = '
             'dict(...) from the config to train in float32 on the CPU, or train on GPUs.')
 
-    def _after_backward(self) -> None:
-        """From the loss's ``backward``, right after autograd's."""
+    def settling_backward(self, backward: Callable[[], None]) -> None:
+        """From the loss's ``backward``: autograd's backward, then the settling."""
         self._awaiting_backward = None
-        self.stall_position.enter('settling')
-        try:
-            self.completion.settle(self._reduces)
-        except Exception as error:
-            self._report(error)
-            raise
-        self.stall_position.enter('optimizer step')
-
-    def _report(self, error: BaseException) -> None:
-        if self.stall_watchdog is not None:
-            self.stall_watchdog.report_exception(error)
+        self.backward_then_settle(backward, self._reduces)
 
     def _runner_iteration(self, own_count: int) -> int:
         """mmcv's ``runner.iter`` (0-based, counted up after the iteration's hooks);
@@ -182,11 +171,11 @@ class SettlingLoss(torch.Tensor):
 
     def backward(self, *args, **kwargs):
         wrapper = type(self).wrapper()
-        if wrapper is not None:
-            wrapper.stall_position.enter('backward')
-        super().backward(*args, **kwargs)
-        if wrapper is not None:
-            wrapper._after_backward()
+        backward = functools.partial(torch.Tensor.backward, self, *args, **kwargs)
+        if wrapper is None:
+            backward()
+        else:
+            wrapper.settling_backward(backward)
 
 
 _NO_SETTLING_BACKWARD = (

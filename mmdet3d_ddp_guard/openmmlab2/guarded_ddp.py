@@ -17,7 +17,7 @@ from ..core.decision_policy import (FIND_UNUSED, DecisionPolicy, configured_accu
                                     not_given, resolve_request)
 from ..core.forward_collectives import forward_collectives_warning
 from ..core.guarded_wrapper import GuardedWrapper
-from ..core.stall_guard import DEFAULT_STALL_TIMEOUT, RankPosition, check_stall_timeout
+from ..core.stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
 from ..core.usage_record import ParamUsageRecord
 from ..core.versions import graph_search_accumulates_right
 from .cpu_launch import log_dropped_device_ids
@@ -197,12 +197,7 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
         backward and the optimizer step."""
         if self._runner is not None:
             self._add_stall_phase_hook()
-        position = self.stall_position
-        try:
-            # The previous iteration's per-rank detail, unless a hook has read it already.
-            self.usage_record.resolve()
-            position.start_forward(self.completion.current_iteration())
-            self.usage_record.start_iteration()
+        with self.guarded_step(then='hooks'):
             with optim_wrapper.optim_context(self):
                 # False inside no_sync (gradient accumulation): this backward reduces nothing.
                 reduces = self.require_backward_grad_sync
@@ -219,16 +214,10 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
                 data = self.module.data_preprocessor(data, training=True)
                 losses = self._run_forward(data, mode='loss')
             parsed_loss, log_vars = self.module.parse_losses(losses)
-            with _after_backward(optim_wrapper, position,
-                                 lambda: self.completion.settle(reduces)):
+            with _settling_after_backward(optim_wrapper, self, reduces):
                 optim_wrapper.update_params(parsed_loss)
             if self.detect_anomalous_params:
                 detect_anomalous_params(parsed_loss, model=self)
-        except Exception as error:
-            if self.stall_watchdog is not None:
-                self.stall_watchdog.report_exception(error)
-            raise
-        position.enter('hooks')
         return log_vars
 
     def _add_stall_phase_hook(self) -> None:
@@ -241,9 +230,10 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
 
 
 @contextlib.contextmanager
-def _after_backward(optim_wrapper: OptimWrapper, position: RankPosition, callback):
-    """Runs ``callback`` right after ``optim_wrapper.backward`` inside ``update_params``,
-    and marks the backward, the settling and the optimizer step in ``position``.
+def _settling_after_backward(optim_wrapper: OptimWrapper, wrapper: GuardedWrapper,
+                             reduces: bool):
+    """Runs ``optim_wrapper.backward`` inside ``update_params`` through the wrapper's
+    :meth:`~GuardedWrapper.backward_then_settle`.
 
     MMEngine has no hook point between backward and optimizer step; wrapping the instance's
     ``backward`` keeps the optim wrapper's own ``update_params`` (loss scaling, AMP,
@@ -252,11 +242,7 @@ def _after_backward(optim_wrapper: OptimWrapper, position: RankPosition, callbac
     original = optim_wrapper.backward
 
     def backward_then_settle(loss, **kwargs):
-        position.enter('backward')
-        original(loss, **kwargs)
-        position.enter('settling')
-        callback()
-        position.enter('optimizer step')
+        wrapper.backward_then_settle(lambda: original(loss, **kwargs), reduces)
 
     optim_wrapper.backward = backward_then_settle
     try:

@@ -6,12 +6,15 @@ Framework-free (torch and the standard library): the adapters (MMEngine's
 :class:`~mmdet3d_ddp_guard.openmmlab1.GuardedMMDistributedDataParallel`) only start it
 (:func:`watch_ranks`), move the position and log.
 """
+from .collective_log import CollectiveLog
 from .rank_position import RankPosition
 from .stall_diagnosis import Diagnosis, diagnose
-from .stall_watchdog import KEY_PREFIX, StallWatchdog, check_stall_timeout, watch_ranks
+from .stall_watchdog import (KEY_PREFIX, NONBLOCKING_ENV, StallWatchdog, check_stall_timeout,
+                             collectives_block, watch_ranks)
 
 #: Seconds without movement before a rank publishes its position (GuardedDDP's default).
 DEFAULT_STALL_TIMEOUT = 180.0
 
-__all__ = ['RankPosition', 'Diagnosis', 'diagnose', 'StallWatchdog', 'KEY_PREFIX',
-           'DEFAULT_STALL_TIMEOUT', 'check_stall_timeout', 'watch_ranks']
+__all__ = ['CollectiveLog', 'RankPosition', 'Diagnosis', 'diagnose', 'StallWatchdog',
+           'KEY_PREFIX', 'NONBLOCKING_ENV', 'DEFAULT_STALL_TIMEOUT', 'check_stall_timeout',
+           'collectives_block', 'watch_ranks']

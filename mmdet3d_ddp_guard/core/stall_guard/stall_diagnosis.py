@@ -1,27 +1,45 @@
 """Whether the positions of stalled ranks can still meet, and the words for it.
 
 A pure function of the ranks' snapshots (:meth:`RankPosition.snapshot`), so that every rank
-that reads the same snapshots writes the same diagnosis. The positions cannot meet when:
+that reads the same snapshots writes the same diagnosis. The run ends only on evidence that
+holds on every backend:
 
-- a rank raised while others wait for it;
-- a layer with a forward collective ran a different number of times on different ranks in
-  the same iteration (a SyncBN in a branch that depends on the batch);
-- the ranks that wait in collectives wait in different ones (a collective in the forward on
-  some ranks, DDP's gradient all-reduce on others; a loss term reduced on some ranks only).
+- a rank raised while the others wait for it;
+- the ranks' collectives differ (:class:`~.collective_log.CollectiveLog`): on some process
+  group, the n-th collective of one rank is not the n-th of another (another op, another
+  element count, another iteration), or one rank issued it in an iteration that another rank
+  has left without issuing it. Ranks pair collectives by order, so such ranks never meet, or
+  compute with the wrong partner.
 
-Waiting is legitimate when every waiting rank is in the same collective, or when the ranks
-that wait wait for a rank that is busy outside collectives (rank 0 saving a checkpoint, a slow
-data loader, a long validation): then the diagnosis says who waits for whom and the run goes
-on.
+On a backend whose collectives block the host until every rank has joined (gloo), the host
+positions are evidence too: when every rank waits in communication (inside a collective
+call, or in DDP's gradient all-reduce) and the ranks have not issued the same number of
+collectives, none of them can move. On a backend whose collectives return at once (NCCL),
+the host blocks at its first synchronisation instead, wherever that is, so there the host
+positions only describe: agreeing collectives are logged as a possible hang, and the run is
+left to the process group's own timeout.
+
+Everything else is waiting that can end (a rank busy outside collectives: a checkpoint, a
+slow data loader, a long validation; every rank in the same collective): the diagnosis says
+who waits for whom and the run goes on.
 """
 import textwrap
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .collective_log import WORLD, describe, ordinal
 from .rank_position import GRADIENT_PHASES
 
 NOT_ANSWERING = ('does not answer (still moving, gone, or stuck where its watchdog cannot '
                  'run)')
+
+FIX = ('Fix: run `python -m mmdet3d_ddp_guard check CONFIG --world-size N` to see which '
+       'batches take the branch; keep the collective on every rank (run the branch on '
+       'every rank, with an empty or zero-weighted input where it has nothing to do), or use '
+       "a plain BatchNorm or GroupNorm there (norm_cfg=dict(type='BN')).")
+CANNOT_MEET = ('a collective that runs on some ranks only (in a branch that depends on '
+               'the batch, or a loss term reduced only when a class has boxes) pairs with '
+               'another collective or with none.')
 
 
 @dataclass
@@ -49,147 +67,153 @@ def _where(position: dict) -> str:
     return f"iteration {position['iteration']}, {position['phase']}"
 
 
-def _times(count: int) -> str:
-    return {1: 'once', 2: 'twice'}.get(count, f'{count} times')
+def _issued(position: dict, group: str = WORLD) -> int:
+    return position['groups'].get(group, {}).get('issued', 0)
 
 
-class _Ranks:
-    """The snapshots, with the words for one rank's place."""
+def _waits_in_communication(position: dict) -> bool:
+    return position['call'] is not None or position['phase'] in GRADIENT_PHASES
 
-    def __init__(self, positions: Dict[int, Optional[dict]], module_types: Dict[str, str]):
-        self.positions = positions
-        self.module_types = module_types
-        self.answered = {rank: p for rank, p in positions.items() if p is not None}
 
-    def layer(self, name: str) -> str:
-        return f'{name} ({self.module_types.get(name, "?")})'
+def _host(position: dict) -> str:
+    """Where the training thread is, in words."""
+    if position['error'] is not None:
+        return f"raised {position['error']} ({_where(position)})"
+    call = position['call']
+    if call is not None:
+        return f"in {call['op']} called from {call['where']} ({_where(position)})"
+    if position['phase'] in GRADIENT_PHASES:
+        return f"in DDP's gradient all-reduce ({_where(position)})"
+    return f'busy outside collectives ({_where(position)})'
 
-    def collective(self, position: dict) -> Optional[Tuple[Tuple, str]]:
-        """What identifies the collective the rank waits in, and its words; None for a rank
-        outside collectives or one that raised."""
-        if position['error'] is not None:
-            return None
-        iteration = position['iteration']
-        if position['inside']:
-            return (('layer', iteration, position['inside'], position['inside_call']),
-                    f"{self.layer(position['inside'])}'s collective, call "
-                    f"{position['inside_call']} of iteration {iteration}")
-        if position['call']:
-            call = position['call']
-            return (('call', iteration, call['op'], call['where']),
-                    f"{call['op']} called from {call['where']} ({_where(position)})")
-        if position['phase'] in GRADIENT_PHASES:
-            return ('gradients', iteration), f"DDP's gradient all-reduce ({_where(position)})"
+
+def _place(position: Optional[dict]) -> str:
+    if position is None:
+        return NOT_ANSWERING
+    text = _host(position)
+    if position['error'] is None:
+        entries = position['groups'].get(WORLD, {}).get('entries')
+        if entries:
+            text += f'; its last collective: {describe(entries[-1])}'
+        text += f' [collectives issued: {_issued(position)}]'
+    return text
+
+
+def first_mismatch(positions: Dict[int, dict]) -> Optional[str]:
+    """The first collective, on any group, that the ranks cannot pair, in words; None when
+    the published collectives agree. Ranks that raised are left out (they are named)."""
+    ranks = {rank: p for rank, p in positions.items() if p['error'] is None}
+    for group in sorted({g for p in ranks.values() for g in p['groups']},
+                        key=lambda g: (g != WORLD, g)):
+        # The world holds every rank; a rank without a subgroup's record is not in it.
+        members = {rank: p for rank, p in ranks.items() if group == WORLD or group in p['groups']}
+        published = {rank: {entry[0]: entry for entry in p['groups'].get(group, {}).get(
+            'entries', [])} for rank, p in members.items()}
+        issued = {rank: _issued(p, group) for rank, p in members.items()}
+        known_from = max((min(entries) if entries else issued[rank])
+                         for rank, entries in published.items())
+        for index in range(known_from, max(issued.values(), default=0)):
+            words = _compare(index, published, issued, members)
+            if words is not None:
+                group_words = '' if group == WORLD else f' on the group of {group}'
+                return f'their {ordinal(index + 1)} collective{group_words} differs: {words}'
+    return None
+
+
+def _compare(index: int, published: Dict[int, dict], issued: Dict[int, int],
+             ranks: Dict[int, dict]) -> Optional[str]:
+    entries = {rank: published[rank].get(index) for rank in ranks if issued[rank] > index}
+    if any(entry is None for entry in entries.values()):
+        return None  # older than a rank's kept entries: not comparable
+    missing = sorted(rank for rank in ranks if issued[rank] <= index)
+    kinds: Dict[Tuple, List[int]] = {}
+    for rank, (_, op, numel, iteration, _, _) in sorted(entries.items()):
+        kinds.setdefault((op, iteration), []).append(rank)
+    numels = {entry[2] for entry in entries.values() if entry[2] is not None}
+    iterations = {entry[3] for entry in entries.values()}
+    # A rank that has not issued it yet may still do so, unless it left that iteration.
+    gone_past = [rank for rank in missing if ranks[rank]['iteration'] > min(iterations)] \
+        if entries else []
+    if len(kinds) < 2 and len(numels) < 2 and not gone_past:
         return None
+    parts = []
+    by_words: Dict[str, List[int]] = {}
+    for rank, entry in sorted(entries.items()):
+        words = describe(entry)
+        if entry[2] is not None and len(numels) > 1:
+            words += f' ({entry[2]} elements)'
+        by_words.setdefault(words, []).append(rank)
+    for words, members in by_words.items():
+        parts.append(f'{ranks_text(members)}: {words}')
+    for rank in gone_past:
+        parts.append(f'{ranks_text([rank])}: none (it went on to iteration '
+                     f"{ranks[rank]['iteration']} without it)")
+    return '; '.join(parts) + '.'
 
-    def place(self, rank: int) -> str:
-        position = self.positions[rank]
-        if position is None:
-            return NOT_ANSWERING
-        if position['error'] is not None:
-            return f"raised {position['error']} ({_where(position)})"
-        collective = self.collective(position)
-        if collective is not None:
-            _, words = collective
-            return f'in {words}'
-        return f'busy outside collectives ({_where(position)})'
 
-    def where_each_rank_is(self) -> List[str]:
-        lines = []
-        for rank in sorted(self.positions):
-            position = self.positions[rank]
-            seq = '' if position is None or position['seq'] is None else \
-                f" [collectives issued: {position['seq']}]"
-            lines.append(f'  rank {rank}: {self.place(rank)}{seq}')
-        return lines
-
-    def count_mismatch(self) -> Optional[str]:
-        """The first layer whose collective ran a different number of times on different
-        ranks in one iteration, in words."""
-        known: Dict[Tuple[int, str], Dict[int, int]] = {}
-        for rank, position in self.answered.items():
-            for iteration, calls in position['finished'].items():
-                if int(iteration) < 0:
-                    continue
-                for name in self.module_types:
-                    known.setdefault((int(iteration), name), {})[rank] = calls.get(name, 0)
-            if position['inside']:
-                key = (position['iteration'], position['inside'])
-                known.setdefault(key, {})[rank] = position['inside_call']
-        for (iteration, name), counts in sorted(known.items()):
-            if len(set(counts.values())) < 2:
-                continue
-            by_count: Dict[int, List[int]] = {}
-            for rank, count in counts.items():
-                by_count.setdefault(count, []).append(rank)
-            parts = []
-            for count, ranks in sorted(by_count.items(), reverse=True):
-                ran = 'did not' if count == 0 else (
-                    f'ran it {_times(count)}' if parts else
-                    f"ran {self.layer(name)}'s collective {_times(count)}")
-                parts.append(f'{ranks_text(ranks)} {ran}')
-            return (f'in iteration {iteration} {", ".join(parts)}: a collective in a '
-                    'branch that depends on the batch.')
+def _deadlock(positions: Dict[int, dict]) -> Optional[str]:
+    """On a backend that blocks: every rank waits in communication, at different counts."""
+    if not all(_waits_in_communication(p) for p in positions.values()):
         return None
+    counts: Dict[int, List[int]] = {}
+    for rank, position in sorted(positions.items()):
+        counts.setdefault(_issued(position), []).append(rank)
+    if len(counts) < 2:
+        return None
+    parts = [f'{ranks_text(members)} after {count}' for count, members in sorted(counts.items())]
+    return (f"every rank waits in communication, and they have issued different numbers of "
+            f"collectives ({'; '.join(parts)}): none of them can move. A collective the "
+            'guard does not record (DDP\'s buckets under find_unused_parameters=True or '
+            'static_graph, a C++ collective) may be the one that differs.')
 
 
-FIX = ('Fix: run `python -m mmdet3d_ddp_guard check CONFIG --world-size N` to see which '
-       'batches take the branch; keep the collective on every rank (run the branch on '
-       'every rank, with an empty or zero-weighted input where it has nothing to do), or use '
-       "a plain BatchNorm or GroupNorm there (norm_cfg=dict(type='BN')).")
-
-
-def diagnose(positions: Dict[int, Optional[dict]], module_types: Dict[str, str],
-             stalled_for: float) -> Diagnosis:
+def diagnose(positions: Dict[int, Optional[dict]], stalled_for: float,
+             blocking: bool) -> Diagnosis:
     """Judges the ranks' snapshots (None for a rank that has not answered).
 
     Args:
         positions (dict): rank -> snapshot or None, for every rank of the group.
-        module_types (dict): layer name -> class name of the layers with a forward
-            collective (the same model on every rank).
         stalled_for (float): The stall timeout, for the words.
+        blocking (bool): Whether the backend's collectives block the host until every rank
+            has joined (gloo): then the host positions are evidence too.
     """
-    ranks = _Ranks(positions, module_types)
-    raised = sorted(rank for rank, p in ranks.answered.items() if p['error'] is not None)
-    collectives = {rank: ranks.collective(p) for rank, p in ranks.answered.items()}
-    waiting = {rank: collective for rank, collective in collectives.items()
-               if collective is not None}
-    busy = sorted(rank for rank, p in ranks.answered.items()
-                  if p['error'] is None and rank not in waiting)
+    answered = {rank: p for rank, p in positions.items() if p is not None}
+    raised = sorted(rank for rank, p in answered.items() if p['error'] is not None)
     silent = sorted(rank for rank, p in positions.items() if p is None)
-    mismatch = ranks.count_mismatch()
+    waiting = sorted(rank for rank, p in answered.items()
+                     if p['error'] is None and _waits_in_communication(p))
+    busy = sorted(rank for rank, p in answered.items()
+                  if p['error'] is None and rank not in waiting)
+    header = f'GuardedDDP stall guard: no rank has moved for {stalled_for:g} s.'
+    lines = ['Where each rank is:'] + [f'  rank {rank}: {_place(positions[rank])}'
+                                       for rank in sorted(positions)]
     causes = []
     if raised and len(raised) < len(positions):
         causes.append(f'{ranks_text(raised)} raised while the other ranks wait for '
                       f'{"it" if len(raised) == 1 else "them"}.')
+    mismatch = first_mismatch(answered)
     if mismatch:
-        causes.append(f'The ranks cannot meet: {mismatch}')
-    elif len({identity for identity, _ in waiting.values()}) > 1:
-        groups: Dict[Tuple, List[int]] = {}
-        words: Dict[Tuple, str] = {}
-        for rank, (identity, text) in sorted(waiting.items()):
-            groups.setdefault(identity, []).append(rank)
-            words[identity] = text
-        parts = [f'{ranks_text(members)} in {words[identity]}'
-                 for identity, members in groups.items()]
-        causes.append(f"The ranks cannot meet: they wait in different collectives "
-                      f"({'; '.join(parts)}), which never pair up: a collective that runs "
-                      'on some ranks only (in a branch that depends on the batch, or a loss '
-                      'term reduced only when a class has boxes).')
-    header = f'GuardedDDP stall guard: no rank has moved for {stalled_for:g} s.'
-    lines = ['Where each rank is:'] + ranks.where_each_rank_is()
+        causes.append(f'The ranks cannot meet: {mismatch} So {CANNOT_MEET}')
+    elif blocking and not silent and not raised:
+        deadlock = _deadlock(answered)
+        if deadlock:
+            causes.append(f'The ranks cannot meet: {deadlock}')
     if causes:
-        lines += causes + [FIX if mismatch or not raised else
-                           'Fix: the error of the rank that raised, above in its log.',
+        lines += causes + [FIX if not raised or len(causes) > 1 else
+                           'Fix: the error of the rank that raised, in its log.',
                            'Every rank ends the run now.']
         return Diagnosis(True, _indented(header, lines))
-    if waiting and busy:
-        lines.append(f'{_waits(sorted(waiting))} for {ranks_text(busy)}, busy outside '
+    if not blocking and not silent:
+        lines.append("The ranks' collectives agree so far. This backend's collectives do not "
+                     'block the host, so where each host waits says nothing of a hang: a '
+                     "possible hang, left to the process group's own timeout; the run goes "
+                     'on.')
+    elif waiting and busy:
+        lines.append(f'{_waits(waiting)} for {ranks_text(busy)}, busy outside '
                      'collectives: a slow phase, not a hang; the run goes on.')
-    elif waiting and silent:
-        lines.append(f'{_waits(sorted(waiting))} for {ranks_text(silent)}, which '
-                     f'{"has" if len(silent) == 1 else "have"} not answered; the run goes '
-                     'on, and the guard looks again.')
+    elif silent:
+        lines.append(f'{ranks_text(silent)} {"has" if len(silent) == 1 else "have"} not '
+                     'answered; the run goes on, and the guard looks again.')
     elif waiting:
         lines.append('Every rank waits in the same collective: slow, not a hang; the run '
                      'goes on.')

@@ -1,23 +1,31 @@
 """The thread that turns a hang into a named error on every rank.
 
 While training runs, the watchdog wakes every ``tick`` seconds and compares one integer
-(:attr:`RankPosition.moves`) with the value it saw last: no store I/O, no collective, nothing
-on the training thread. Only when its rank has not moved for ``timeout`` seconds does it use
-the c10d store the run already has (under the key prefix ``mmdet3d_ddp_guard/stall/``):
+(:meth:`RankPosition.progress`) with the value it saw last: no store I/O, no collective,
+nothing on the training thread. Only when its rank has not moved for ``timeout`` seconds
+does it use the c10d store the run already has (under the key prefix
+``mmdet3d_ddp_guard/stall/``):
 
-1. it publishes this rank's snapshot, and reads the other ranks' for up to ``answer_wait``
-   seconds (a rank that has not published by then is named as not answering);
-2. it judges them (:func:`diagnose`). Legitimate waiting is logged once per stall and the
-   run goes on; when it moves again the snapshot is withdrawn;
+1. it publishes this rank's snapshot (again only when it changed), and reads the other
+   ranks' for up to ``answer_wait`` seconds, at growing intervals (a rank that has not
+   published by then is named as not answering);
+2. it judges them (:func:`diagnose`). Waiting that can end is logged once per stall and the
+   run goes on; the next judgement comes after 2, 4, 8 ... times the timeout (at most
+   :data:`MAX_BACKOFF`), and costs one store operation when no rank has published since
+   (a shared counter of changes). When the rank moves again its snapshot is withdrawn;
 3. positions that cannot meet end the run: the first rank to judge so publishes its
    diagnosis, every rank logs that same text, runs the exit callbacks (the hook's files),
-   writes torchrun's error file, waits up to ``answer_wait`` for the other ranks to have read
-   the verdict (rank 0's process may host the store), and exits with code 1: the training
+   waits for a checkpoint this rank is writing (at most :data:`CHECKPOINT_WAIT`), writes
+   torchrun's error file, waits up to ``answer_wait`` for the other ranks to have read the
+   verdict (rank 0's process may host the store), and exits with code 1: the training
    thread, blocked in C++, cannot be raised into.
 
-A rank whose training step raises publishes its error at once and waits, at most
-``timeout + answer_wait``, for the others to answer, so that each of them names it; then
-the error goes on up as usual.
+A rank whose training step raises publishes its error (a few store operations) and the
+error goes on up at once, with its traceback, as without the guard: torchrun then ends the
+other ranks, and any rank whose watchdog fires first names the error.
+
+Only the first guarded wrapper of a process that is alive has a watchdog: a second one (an
+evaluation model wrapped too) never judges.
 """
 import itertools
 import json
@@ -30,27 +38,52 @@ from typing import Callable, Dict, List, Optional, Set
 
 import torch.distributed as dist
 
+from .collective_log import activate
 from .rank_position import RankPosition
 from .stall_diagnosis import diagnose
 
 KEY_PREFIX = 'mmdet3d_ddp_guard/stall/'
 EXIT_CODE = 1
+#: The longest wait between two judgements of one stall, in seconds.
+MAX_BACKOFF = 600.0
+#: The longest a stop waits for a checkpoint that its rank is writing, in seconds.
+CHECKPOINT_WAIT = 120.0
+#: Backends whose collectives block the calling thread until every rank has joined.
+BLOCKING_BACKENDS = ('gloo', )
+#: Tells the guard that collectives do not block the host, whatever the backend (``1``):
+#: a gloo run then judges as an NCCL run does (the tests emulate NCCL with it).
+NONBLOCKING_ENV = 'MMDET3D_DDP_GUARD_NONBLOCKING_COLLECTIVES'
 _MOVING = json.dumps(dict(moving=True))
+
+# The watchdog of this process, while its wrapper lives: a second wrapper gets none.
+_live_watchdog: Optional['weakref.ref'] = None
 
 
 def watch_ranks(position: RankPosition, timeout: Optional[float],
-                log: Callable[[str, bool], None], process_group,
-                model) -> Optional['StallWatchdog']:
-    """A wrapper's watchdog, started, with ``position`` following ``model``'s SyncBN-type
-    layers; None when the stall guard is off (``timeout`` None) or the group has one rank
-    (nobody to wait for)."""
+                log: Callable[[str, bool], None],
+                process_group) -> Optional['StallWatchdog']:
+    """A wrapper's watchdog, started, with this rank's collectives recorded into
+    ``position``; None when the stall guard is off (``timeout`` None), the group has one
+    rank (nobody to wait for), or another wrapper of this process has the watchdog."""
+    global _live_watchdog
     check_stall_timeout(timeout)
     if timeout is None or dist.get_world_size(process_group) < 2:
         return None
+    if _live_watchdog is not None and _live_watchdog() is not None:
+        return None
     watchdog = StallWatchdog(position, timeout, log, process_group)
-    position.follow_forward_collectives(model)
+    _live_watchdog = weakref.ref(watchdog)
+    activate(position.collectives)
     watchdog.start()
     return watchdog
+
+
+def collectives_block(process_group) -> bool:
+    """Whether the group's collectives block the host until every rank has joined: gloo's
+    do; NCCL's (and every other backend's, to be safe) return at once."""
+    if os.environ.get(NONBLOCKING_ENV) == '1':
+        return False
+    return dist.get_backend(process_group) in BLOCKING_BACKENDS
 
 
 def check_stall_timeout(timeout) -> None:
@@ -101,9 +134,13 @@ class StallWatchdog:
         self._logged: Set[str] = set()
         self._stopped = False
         self._ending = False
-        self._reporting = False
-        self._last_moves = position.moves
-        self._still_since = time.monotonic()
+        self.blocking = collectives_block(process_group)
+        self._last_progress = position.progress()
+        self._backoff = self.timeout
+        self._judge_at = time.monotonic() + self.timeout
+        # The published snapshot's place, and the change count the last judgement read.
+        self._published_place: Optional[tuple] = None
+        self._changes_judged: Optional[int] = None
 
     def start(self) -> None:
         # The thread holds the watchdog weakly: it ends when the wrapper is collected.
@@ -111,7 +148,9 @@ class StallWatchdog:
                          name='mmdet3d_ddp_guard-stall-watchdog').start()
 
     def stop(self) -> None:
+        """Ends the thread, and withdraws this rank's snapshot (the end of a run)."""
         self._stopped = True
+        activate(None)
         if self._published:
             try:
                 self._withdraw()  # the thread may not tick again before it sees the stop
@@ -126,39 +165,47 @@ class StallWatchdog:
 
     def look(self) -> None:
         """One tick: an integer compared while the rank moves; the store once it stalls."""
-        moves = self.position.moves
-        if self._reporting:
-            return  # report_exception speaks for this rank; its error must reach the user
-        if moves != self._last_moves or not self.position.is_current():
-            self._last_moves, self._still_since = moves, time.monotonic()
+        progress = self.position.progress()
+        now = time.monotonic()
+        if progress != self._last_progress or not self.position.is_current():
+            self._last_progress = progress
+            self._backoff, self._judge_at = self.timeout, now + self.timeout
             if self._published:
                 self._withdraw()
             return
-        if time.monotonic() - self._still_since >= self.timeout:
-            try:
-                self._judge_stall()
-            except Exception as error:  # noqa: B902 - a broken store must not kill training
-                self._log(f'GuardedDDP stall guard: cannot compare positions through the '
-                          f'store ({type(error).__name__}: {error}); it looks again after '
-                          f'another {self.timeout:g} s without movement.', True)
-                self._still_since = time.monotonic()
+        if now < self._judge_at:
+            return
+        try:
+            self._judge_stall()
+        except Exception as error:  # noqa: B902 - a broken store must not kill training
+            self._log(f'GuardedDDP stall guard: cannot compare positions through the '
+                      f'store ({type(error).__name__}: {error}); it looks again later.', True)
+        self._backoff = min(2 * self._backoff, MAX_BACKOFF)
+        self._judge_at = time.monotonic() + self._backoff
 
     def _judge_stall(self) -> None:
-        self._publish()
+        snapshot = self.position.snapshot()
+        if _place(snapshot) != self._published_place:
+            self._publish(snapshot)
+        changes = self._add('changes', 0)
+        if changes == self._changes_judged:
+            return  # nobody published since the last judgement: the same verdict
         verdict = self._read('verdict')
         if verdict is not None:
             self._end_run(verdict.decode())
-        positions = self._positions(deadline=time.monotonic() + self.answer_wait)
-        diagnosis = diagnose(positions, self.position.module_types, self.timeout)
+        positions = self._positions(snapshot, deadline=time.monotonic() + self.answer_wait)
+        diagnosis = diagnose(positions, self.timeout, self.blocking)
         if diagnosis.stop:
             # A rank that moved withdraws its snapshot within a tick: read again after two,
             # so that no run ends on a stale position.
             time.sleep(2 * self.tick)
-            confirmed = self._positions(deadline=time.monotonic() + self.answer_wait)
-            if self.position.moves != self._last_moves or any(
+            confirmed = self._positions(self.position.snapshot(),
+                                        deadline=time.monotonic() + self.answer_wait)
+            if self.position.progress() != self._last_progress or any(
                     _place(positions[rank]) != _place(confirmed[rank]) for rank in positions):
                 return
             self._end_run(self._agree_on(diagnosis.text))
+        self._changes_judged = changes
         if diagnosis.text not in self._logged:
             self._log(diagnosis.text, False)
             self._logged.add(diagnosis.text)
@@ -166,31 +213,20 @@ class StallWatchdog:
     # -- a rank that raised ---------------------------------------------------------------
 
     def report_exception(self, error: BaseException) -> None:
-        """From the training thread, before ``error`` goes on up: publishes it and waits
-        (bounded) until the other ranks have answered, so that each names this rank."""
+        """From the training thread, before ``error`` goes on up: publishes it (a few store
+        operations) so that the other ranks name it when their watchdogs fire, and
+        returns at once."""
         if self._ending:
             # The other ranks' exits broke this rank's collective; the watchdog is about
             # to end this process with the diagnosis: no second story on top of it.
-            time.sleep(2 * self.answer_wait + 1.0)
+            time.sleep(2 * self.answer_wait + CHECKPOINT_WAIT)
             return
         self.position.raised(error)
-        self._reporting = True
         try:
-            self._publish()
-            positions = self._positions(
-                deadline=time.monotonic() + self.timeout + self.answer_wait)
-            if all(p is not None and p['error'] is not None for p in positions.values()):
-                return  # every rank raised: each shows its own error; nothing waits
-            diagnosis = diagnose(positions, self.position.module_types, self.timeout)
-            self._log(self._agree_on(diagnosis.text), True)
-            self._wait_until_read()
+            self._publish(self.position.snapshot())
         except Exception as store_error:  # noqa: B902 - the user's error comes first
             self._log(f'GuardedDDP stall guard: could not tell the other ranks of this '
                       f"rank's error ({type(store_error).__name__}: {store_error}).", True)
-        finally:
-            # The movement of raised() counts from now: the watchdog judges again only a
-            # whole timeout later, long after an uncaught error has ended the process.
-            self._reporting = False
 
     # -- the store --------------------------------------------------------------------------
 
@@ -216,20 +252,26 @@ class StallWatchdog:
         self.store_operations += 1
         return self._key_store().get(key)
 
-    def _publish(self) -> None:
-        snapshot = self.position.snapshot()
+    def _publish(self, snapshot: dict) -> None:
         self._set(f'position/{self._global_ranks[self.rank]}', json.dumps(snapshot))
+        self._add('changes', 1)
         self._published = True
+        self._published_place = _place(snapshot)
 
     def _withdraw(self) -> None:
         self._set(f'position/{self._global_ranks[self.rank]}', _MOVING)
+        self._add('changes', 1)
         self._published = False
+        self._published_place = None
+        self._changes_judged = None
         self._logged.clear()
 
-    def _positions(self, deadline: float) -> Dict[int, Optional[dict]]:
-        """Every rank's snapshot (this rank's fresh), None for ranks that have not answered
-        by ``deadline``."""
-        positions: Dict[int, Optional[dict]] = {self.rank: self.position.snapshot()}
+    def _positions(self, snapshot: dict, deadline: float) -> Dict[int, Optional[dict]]:
+        """Every rank's snapshot (this rank's ``snapshot``), None for ranks that have not
+        answered by ``deadline``; the unanswered ones are read again at doubling
+        intervals, so that a rank that never answers costs a few reads, not one a tick."""
+        positions: Dict[int, Optional[dict]] = {self.rank: snapshot}
+        interval = self.tick
         while True:
             for rank in range(self.world_size):
                 if positions.get(rank) is None:
@@ -239,12 +281,14 @@ class StallWatchdog:
                         else answer
             if all(p is not None for p in positions.values()) or time.monotonic() > deadline:
                 return positions
-            time.sleep(self.tick / 4)
+            time.sleep(interval)
+            interval *= 2
 
     def _agree_on(self, text: str) -> str:
         """The first rank's verdict, so that every rank logs the same words."""
         if self._add('verdict_claims', 1) == 1:
             self._set('verdict', text)
+            self._add('changes', 1)  # ranks that judged already read the verdict next time
             return text
         deadline = time.monotonic() + self.answer_wait
         while time.monotonic() < deadline:
@@ -265,6 +309,7 @@ class StallWatchdog:
     def _end_run(self, text: str) -> None:
         self._ending = True
         self._log(text, True)
+        self._wait_for_checkpoint(CHECKPOINT_WAIT)
         for callback in self._exit_callbacks:
             try:
                 callback()
@@ -281,6 +326,14 @@ class StallWatchdog:
         os._exit(EXIT_CODE)
 
 
+    def _wait_for_checkpoint(self, bound: float) -> None:
+        """Lets a checkpoint that this rank is writing finish, at most ``bound`` seconds:
+        an exit in the middle would leave a half-written file."""
+        deadline = time.monotonic() + bound
+        while self.position.phase == 'checkpoint' and time.monotonic() < deadline:
+            time.sleep(self.tick)
+
+
 _WATCHDOGS_BUILT = itertools.count()
 
 
@@ -289,8 +342,8 @@ def _place(snapshot: Optional[dict]) -> Optional[tuple]:
     a thread that computes inside torch.distributed code shows a different line)."""
     if snapshot is None:
         return None
-    return (snapshot['moves'], snapshot['phase'], snapshot['inside'],
-            json.dumps(snapshot['call']))
+    return (snapshot['moves'], snapshot['phase'], snapshot['error'],
+            json.dumps(snapshot['call']), json.dumps(snapshot['groups']))
 
 
 def _watch(watchdog_ref, tick: float) -> None:

@@ -1,0 +1,248 @@
+"""Every collective this rank issues, in order, per process group: the stall guard's evidence.
+
+Ranks pair collectives by order within a group, on every backend: gloo and NCCL alike match
+this rank's n-th collective with every other rank's n-th. So a hang that no flag fixes (a
+SyncBN in a branch some ranks skip, a loss term reduced on some ranks only) shows as two
+ranks whose n-th collectives differ, or as a rank that went on past an iteration without the
+collective another rank issued in it. That holds wherever the host thread happens to block,
+which on NCCL is the first operation that needs a device result, not the collective.
+
+What is recorded, and how:
+
+- the Python-level collectives of ``torch.distributed`` (all_reduce, all_gather, broadcast,
+  reduce_scatter, barrier, the ``*_object`` ones, ...), by replacing those functions in the
+  ``torch.distributed`` namespace with recording ones (:func:`record_collectives`). Code
+  calls them as ``dist.all_reduce(...)`` (torch's SyncBatchNorm, mmdet3d's
+  NaiveSyncBatchNorm, mmdet's ``reduce_mean``, MMEngine's ``mmengine.dist``), and so is
+  seen; a module that did ``from torch.distributed import all_reduce`` before the guard was
+  built keeps the function it holds, and its calls are not recorded;
+- DDP's gradient buckets, which its reducer all-reduces from C++, through the comm hook that
+  the guard installs in modes ``'complete'`` and ``'strict'`` (:meth:`record_bucket`). In
+  modes ``find_unused_parameters=True`` and ``static_graph`` there is no such hook, and the
+  buckets are not in the record.
+
+A recorded collective costs a tuple appended to a bounded deque and a walk up the issuing
+Python stack that compares code objects with a set (the issuer, below): no clock, no I/O, no
+collective. Inside a ``torch.compile`` trace nothing is recorded, so Dynamo sees the
+functions it knows and compiles what it compiled without the guard.
+
+The issuer of a collective is the innermost frame on the issuing stack whose ``self`` is a
+submodule of the wrapped model, whatever its class (a codebase's own synchronised BN
+included): ``refiner.1 (PluginSyncBN2d).forward, projects/.../norm.py:14``. A collective
+issued outside the model (a hook, the loss parsing) is placed by the first frame outside
+torch.
+"""
+import functools
+import os
+import sys
+from collections import deque
+from typing import Deque, Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from ..ddp_compat import is_compiling
+
+#: ``torch.distributed`` functions that issue a collective: name -> (position of the
+#: ``group`` argument, position of the tensor whose element count every rank must agree on,
+#: or None where counts may differ by rank: gathers, scatters, all_to_all, objects).
+COLLECTIVE_FUNCTIONS = {
+    'all_reduce': (2, 0), 'all_gather': (2, 1), 'all_gather_into_tensor': (2, 1),
+    '_all_gather_base': (2, 1), 'reduce_scatter': (3, 0), 'reduce_scatter_tensor': (3, 0),
+    '_reduce_scatter_base': (3, 0), 'broadcast': (2, 0), 'reduce': (3, 0),
+    'gather': (3, None), 'scatter': (3, None), 'all_to_all': (2, None),
+    'all_to_all_single': (4, None), 'barrier': (0, None), 'monitored_barrier': (0, None),
+    'all_gather_object': (2, None), 'broadcast_object_list': (2, None),
+    'gather_object': (3, None), 'scatter_object_list': (3, None),
+}
+#: Entries of each group kept for the snapshot: enough to hold a whole iteration's
+#: collectives of a detector (its SyncBN layers, its loss reductions, DDP's buckets).
+KEPT_PER_GROUP = 64
+#: Frames walked up from a collective to find its issuer.
+_MAX_DEPTH = 64
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+WORLD = 'world'
+
+# The log of the guarded wrapper whose stall guard runs in this process (one at a time).
+_active: Optional['CollectiveLog'] = None
+
+
+class CollectiveLog:
+    """This rank's collectives per process group, numbered from the start of the run.
+
+    An entry is ``(index, op, numel, iteration, nth, issuer)``: ``index`` counts the group's
+    collectives from the first one recorded (the same on every rank while they pair),
+    ``numel`` is None where ranks may legitimately differ, ``nth`` counts this iteration's
+    collectives on every group from 1, and ``issuer`` is ``('ddp', bucket)`` or
+    ``(module, class, function, file, line)`` (module and class None outside the model).
+
+    Args:
+        model (nn.Module): The wrapped model, whose submodules name the issuers.
+    """
+
+    def __init__(self, model: nn.Module):
+        #: Collectives recorded on every group: progress, for the watchdog.
+        self.total = 0
+        self.iteration = -1
+        self._nth = 0
+        self._groups: Dict[str, List] = {}  # key -> [count, deque of entries]
+        self._group_keys: Dict[int, Tuple[object, str]] = {}
+        self._module_names = {id(module): name or '<model>'
+                              for name, module in model.named_modules()}
+        self._method_codes = _method_codes(model)
+
+    def start_iteration(self, iteration: int) -> None:
+        self.iteration = iteration
+        self._nth = 0
+
+    def issued(self, group: str = WORLD) -> int:
+        """How many collectives this rank issued on ``group`` since the run started."""
+        return self._groups[group][0] if group in self._groups else 0
+
+    def record_call(self, op: str, args: tuple, kwargs: dict) -> None:
+        group_position, tensor_position = COLLECTIVE_FUNCTIONS[op]
+        group = kwargs.get('group', args[group_position] if len(args) > group_position
+                           else None)
+        numel = None
+        if tensor_position is not None:
+            tensor = args[tensor_position] if len(args) > tensor_position else \
+                kwargs.get('tensor')
+            numel = tensor.numel() if isinstance(tensor, torch.Tensor) else None
+        self._append(self._key(group), op, numel, self._issuer())
+
+    def record_bucket(self, group, bucket_index: int, numel: int) -> None:
+        """From the guard's comm hook: DDP all-reduces gradient bucket ``bucket_index``."""
+        self._append(self._key(group), 'all_reduce', numel, ('ddp', bucket_index))
+
+    def snapshot(self) -> Dict[str, dict]:
+        """Per group: ``issued`` and the last entries, JSON-ready."""
+        while True:
+            try:
+                return {key: dict(issued=count, entries=[list(entry) for entry in entries])
+                        for key, (count, entries) in list(self._groups.items())}
+            except RuntimeError:  # the training thread appended meanwhile: read again
+                continue
+
+    def _append(self, key: str, op: str, numel: Optional[int], issuer: tuple) -> None:
+        self._nth += 1
+        self.total += 1
+        slot = self._groups.get(key)
+        if slot is None:
+            slot = self._groups[key] = [0, deque(maxlen=KEPT_PER_GROUP)]
+        entries: Deque = slot[1]
+        entries.append((slot[0], op, numel, self.iteration, self._nth, issuer))
+        slot[0] += 1
+
+    def _key(self, group) -> str:
+        if group is None or group is dist.group.WORLD:
+            return WORLD
+        known = self._group_keys.get(id(group))
+        if known is None or known[0] is not group:
+            ranks = _group_ranks(group)
+            known = self._group_keys[id(group)] = (group, 'ranks ' + ','.join(map(str, ranks)))
+        return known[1]
+
+    def _issuer(self) -> tuple:
+        frame = sys._getframe(3)  # past _issuer, record_call and the recording function
+        call_site = None
+        for _ in range(_MAX_DEPTH):
+            if frame is None:
+                break
+            code = frame.f_code
+            if code in self._method_codes:
+                owner = frame.f_locals.get('self')
+                name = self._module_names.get(id(owner))
+                if name is not None:
+                    return (name, type(owner).__name__, code.co_name,
+                            short_path(code.co_filename), frame.f_lineno)
+            if call_site is None and not code.co_filename.startswith(_TORCH_DIR):
+                call_site = (None, None, code.co_name, short_path(code.co_filename),
+                             frame.f_lineno)
+            frame = frame.f_back
+        return call_site or (None, None, '?', 'torch', 0)
+
+
+def describe(entry: list) -> str:
+    """An entry in words: ``all_gather in refiner.1 (PluginSyncBN2d).forward,
+    projects/x/norm.py:14, its 1st collective of iteration 3``."""
+    _, op, _, iteration, nth, issuer = entry
+    if issuer[0] == 'ddp':
+        return f"DDP's gradient bucket {issuer[1]} of iteration {iteration}"
+    module, cls, function, path, line = issuer
+    where = (f'{op} in {module} ({cls}).{function}, {path}:{line}' if module is not None
+             else f'{op} called from {path}:{line} in {function}')
+    return f'{where}, its {ordinal(nth)} collective of iteration {iteration}'
+
+
+def ordinal(number: int) -> str:
+    suffix = 'th' if 10 <= number % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(
+        number % 10, 'th')
+    return f'{number}{suffix}'
+
+
+def short_path(path: str) -> str:
+    """The same on every node: from the package folder on for installed code, else the
+    path relative to the working directory."""
+    marker = f'site-packages{os.sep}'
+    if marker in path:
+        return path.split(marker, 1)[1]
+    relative = os.path.relpath(path)
+    return path if relative.startswith('..') else relative
+
+
+def _method_codes(model: nn.Module) -> frozenset:
+    """The code objects of every function the classes of ``model``'s submodules define
+    (nn.Module's own excluded), to recognise a submodule's frame without reading locals."""
+    codes = set()
+    for cls in {type(module) for module in model.modules()}:
+        for klass in cls.__mro__:
+            if klass in (nn.Module, object):
+                continue
+            for value in vars(klass).values():
+                function = getattr(value, '__func__', value)
+                code = getattr(function, '__code__', None)
+                if code is not None:
+                    codes.add(code)
+    return frozenset(codes)
+
+
+def _group_ranks(group) -> List[int]:
+    get_ranks = getattr(dist, 'get_process_group_ranks', None)  # torch >= 2.0
+    if get_ranks is not None:
+        return list(get_ranks(group))
+    to_global = dist.distributed_c10d._get_global_rank
+    return [to_global(group, rank) for rank in range(dist.get_world_size(group))]
+
+
+def activate(log: Optional[CollectiveLog]) -> None:
+    """Makes ``log`` the one the recording functions write to (None: record nothing)."""
+    global _active
+    if log is not None:
+        record_collectives()
+    _active = log
+
+
+def active_log() -> Optional[CollectiveLog]:
+    return _active
+
+
+def _recording(op: str, original):
+    @functools.wraps(original)
+    def collective(*args, **kwargs):
+        # is_compiling() first: under a trace Dynamo folds it and never reads the log.
+        if not is_compiling() and _active is not None:
+            _active.record_call(op, args, kwargs)
+        return original(*args, **kwargs)
+    collective.ddp_guard_original = original
+    return collective
+
+
+def record_collectives() -> None:
+    """Replaces the collective functions of ``torch.distributed`` with recording ones,
+    once per process; they call the originals, and record only while a log is active."""
+    for op in COLLECTIVE_FUNCTIONS:
+        original = getattr(dist, op, None)
+        if original is not None and not hasattr(original, 'ddp_guard_original'):
+            setattr(dist, op, _recording(op, original))
