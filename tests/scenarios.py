@@ -2,6 +2,7 @@
 import contextlib
 import gc
 import threading
+import time
 from typing import Dict, List, Tuple
 
 import torch
@@ -279,22 +280,28 @@ def _group_with_collective_counter():
 
 
 def collectives_beyond_ddp_buckets(rank: int, world_size: int, pattern: str,
-                                   steps: int = 6) -> List[Tuple[int, int, int]]:
+                                   steps: int = 6, stall_timeout: float = 1.0,
+                                   seconds: float = 10.0) -> List[Tuple[int, int, int]]:
     """Per iteration (after DDP's bucket rebuild in iterations 0 and 1): how many
     collectives GuardedDDP('auto') issued on the process group beyond DDP's own bucket
     all-reduces, read from the group's own sequence number (gloo counts every collective);
     how many keys the default c10d store gained; and how many store operations the stall
-    watchdog made (its thread running, with the default stall timeout)."""
+    watchdog made (its thread running, with ``stall_timeout`` 1 s: a rank that paused that
+    long would judge). Trains at least ``steps`` iterations and ``seconds`` seconds."""
     group = _group_with_collective_counter()
     store = dist.distributed_c10d._get_default_store()
     torch.manual_seed(0)
-    ddp = GuardedDDP(ToyDetector(pattern, depth=3), bucket_cap_mb=1e-4)
+    ddp = GuardedDDP(ToyDetector(pattern, depth=3), bucket_cap_mb=1e-4,
+                     stall_timeout=stall_timeout)
     if not any(thread.name == 'mmdet3d_ddp_guard-stall-watchdog'
                for thread in threading.enumerate()):
         raise RuntimeError('the stall watchdog is not running')
     optim_wrapper = build_optim_wrapper(ddp, 'sgd')
     extra = []
-    for iteration in range(steps):
+    started = time.monotonic()
+    iteration = 0
+    # Every rank trains as many iterations as rank 0, which decides when it has run long.
+    while not _rank_0_says(iteration >= steps and time.monotonic() - started >= seconds):
         before = group._get_sequence_number_for_group()
         keys_before = store.num_keys()
         store_operations = ddp.stall_watchdog.store_operations
@@ -304,9 +311,17 @@ def collectives_beyond_ddp_buckets(rank: int, world_size: int, pattern: str,
             extra.append((group._get_sequence_number_for_group() - before - buckets,
                           store.num_keys() - keys_before,
                           ddp.stall_watchdog.store_operations - store_operations))
+        iteration += 1
     # Rank 0's process hosts the store: it must not leave while another rank still reads.
     dist.barrier()
     return extra
+
+
+def _rank_0_says(flag: bool) -> bool:
+    """Rank 0's ``flag``, on every rank (a broadcast)."""
+    value = torch.tensor([int(flag)])
+    dist.broadcast(value, src=0)
+    return bool(value.item())
 
 
 def strict_stop_message(rank: int, world_size: int, pattern: str) -> str:

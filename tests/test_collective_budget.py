@@ -1,7 +1,8 @@
 """The fast path's promise, held as a property rather than a timing: on a rank that used
 every parameter GuardedDDP adds no collective of its own, and the per-rank detail costs a
 collective only in iterations whose ranks disagree; the stall guard, running, touches the
-c10d store in no iteration while nothing stalls."""
+c10d store in no iteration while nothing stalls (with a stall timeout of 1 s, over at least
+10 s of training, so that a watchdog that judged a healthy run would be caught)."""
 import pytest
 
 from tests.dist_utils import run_distributed

@@ -7,58 +7,107 @@ import torch.nn as nn
 from mmdet3d_ddp_guard import GuardedDDP
 from mmdet3d_ddp_guard.core.stall_guard import diagnose
 
-TYPES = {'refiner.1': 'NaiveSyncBatchNorm1d'}
+BUCKET = ('ddp', 0)
+SYNC_BN = ('refiner.1', 'PluginSyncBN2d', 'forward', 'projects/plugin/norm.py', 14)
 
 
-def _at(phase, iteration=3, inside=None, call=None, error=None, finished=None):
-    return dict(iteration=iteration, phase=phase, inside=inside,
-                inside_call=1 if inside else None, call=call, error=error,
-                finished=finished or {str(iteration - 1): {'refiner.1': 1}}, seq=None,
-                moves=0, pid=0)
+def _entry(index, issuer, op='all_reduce', numel=100, iteration=3, nth=1):
+    return [index, op, numel, iteration, nth, issuer]
+
+
+def _at(phase, entries=(), iteration=3, call=None, error=None):
+    entries = [list(entry) for entry in entries]
+    issued = entries[-1][0] + 1 if entries else 0
+    return dict(iteration=iteration, phase=phase, call=call, error=error, moves=0, pid=0,
+                groups={'world': dict(issued=issued, entries=entries)})
+
+
+SAME = [_entry(0, BUCKET, iteration=2), _entry(1, BUCKET)]
+IN_ALL_GATHER = dict(op='all_gather', where='projects/plugin/norm.py:14 in forward')
+
+
+@pytest.mark.parametrize('blocking', [True, False])
+def test_ranks_whose_collectives_differ_cannot_meet_on_any_backend(blocking):
+    positions = {0: _at('settling', SAME),
+                 1: _at('forward', SAME[:1] + [_entry(1, SYNC_BN, 'all_gather', 32)],
+                        call=IN_ALL_GATHER)}
+    diagnosis = diagnose(positions, 180, blocking)
+    assert diagnosis.stop
+    assert ("The ranks cannot meet: their 2nd collective differs: rank 0: DDP's gradient "
+            'bucket 0 of iteration 3 (100 elements); rank 1: all_gather in refiner.1 '
+            '(PluginSyncBN2d).forward, projects/plugin/norm.py:14, its 1st collective of '
+            'iteration 3 (32 elements).') in diagnosis.text
+    assert "norm_cfg=dict(type='BN')" in diagnosis.text
+
+
+def test_a_rank_that_left_the_iteration_without_a_collective_cannot_meet():
+    positions = {0: _at('forward', SAME[:1], iteration=4),
+                 1: _at('hooks', SAME[:1] + [_entry(1, SYNC_BN, nth=2)],
+                        call=dict(op='all_reduce', where='x.py:1 in f'))}
+    diagnosis = diagnose(positions, 180, blocking=False)
+    assert diagnosis.stop
+    assert 'rank 0: none (it went on to iteration 4 without it)' in diagnosis.text
+
+
+@pytest.mark.parametrize('blocking', [True, False])
+def test_a_rank_behind_in_the_same_iteration_may_still_come(blocking):
+    """The others issued the 2nd collective; rank 0 has not yet, in the same iteration."""
+    positions = {0: _at('forward', SAME[:1]), 1: _at('settling', SAME), 2: _at('backward', SAME)}
+    diagnosis = diagnose(positions, 180, blocking)
+    assert not diagnosis.stop
+    if blocking:
+        assert 'ranks 1 and 2 wait for rank 0, busy outside collectives: a slow phase, ' \
+            'not a hang' in diagnosis.text
+    else:
+        assert "a possible hang, left to the process group's own timeout" in diagnosis.text
 
 
 def test_every_rank_in_the_same_collective_is_slow_not_hung():
-    positions = {0: _at('backward'), 1: _at('settling')}
-    diagnosis = diagnose(positions, TYPES, 180)
+    positions = {0: _at('backward', SAME), 1: _at('settling', SAME)}
+    diagnosis = diagnose(positions, 180, blocking=True)
     assert not diagnosis.stop
     assert 'Every rank waits in the same collective: slow, not a hang' in diagnosis.text
 
 
+def test_where_collectives_block_ranks_that_all_wait_at_different_counts_are_stuck():
+    """Rank 1 waits in DDP's backward, whose buckets the record has not (the graph search
+    mode), while rank 0 waits in a collective rank 1 never issued: none can move on gloo;
+    on NCCL the same hosts say nothing."""
+    positions = {0: _at('forward', SAME[:1] + [_entry(1, SYNC_BN, 'all_gather')],
+                        call=IN_ALL_GATHER),
+                 1: _at('backward', SAME[:1])}
+    blocked = diagnose(positions, 180, blocking=True)
+    assert blocked.stop
+    assert ('every rank waits in communication, and they have issued different numbers of '
+            'collectives (rank 1 after 1; rank 0 after 2)') in blocked.text
+    assert not diagnose(positions, 180, blocking=False).stop
+
+
 def test_waiting_for_a_busy_rank_is_not_a_hang():
-    positions = {0: _at('checkpoint'), 1: _at('backward', iteration=4), 2: None}
-    diagnosis = diagnose(positions, TYPES, 180)
+    positions = {0: _at('checkpoint', SAME), 1: _at('backward', SAME, iteration=3), 2: None}
+    diagnosis = diagnose(positions, 180, blocking=True)
     assert not diagnosis.stop
     assert 'rank 1 waits for rank 0, busy outside collectives' in diagnosis.text
     assert 'rank 2: does not answer' in diagnosis.text
 
 
 def test_waiting_for_a_rank_that_does_not_answer_goes_on():
-    diagnosis = diagnose({0: _at('backward'), 1: None}, TYPES, 180)
-    assert not diagnosis.stop and 'which has not answered' in diagnosis.text
+    diagnosis = diagnose({0: _at('backward', SAME), 1: None}, 180, blocking=True)
+    assert not diagnosis.stop and 'rank 1 has not answered' in diagnosis.text
 
 
-def test_different_collectives_cannot_meet_even_beside_a_silent_rank():
-    call = dict(op='all_reduce', where='losses.py:12 in loss')
-    positions = {0: _at('forward', call=call), 1: _at('backward'), 2: None}
-    diagnosis = diagnose(positions, TYPES, 180)
+def test_a_rank_that_raised_is_named():
+    positions = {0: _at('settling', SAME),
+                 1: _at('forward', SAME[:1], error='ValueError: no boxes')}
+    diagnosis = diagnose(positions, 180, blocking=False)
     assert diagnosis.stop
-    assert ("they wait in different collectives (rank 0 in all_reduce called from "
-            "losses.py:12 in loss (iteration 3, forward); rank 1 in DDP's gradient "
-            'all-reduce (iteration 3, backward))') in diagnosis.text
-
-
-def test_a_forward_collective_run_twice_on_one_rank_and_once_on_another():
-    positions = {0: _at('hooks', finished={'3': {'refiner.1': 2}}),
-                 1: _at('hooks', finished={'3': {'refiner.1': 1}})}
-    diagnosis = diagnose(positions, TYPES, 180)
-    assert diagnosis.stop
-    assert ("in iteration 3 rank 0 ran refiner.1 (NaiveSyncBatchNorm1d)'s collective "
-            'twice, rank 1 ran it once') in diagnosis.text
+    assert 'rank 1: raised ValueError: no boxes (iteration 3, forward)' in diagnosis.text
+    assert 'rank 1 raised while the other ranks wait for it.' in diagnosis.text
 
 
 def test_every_rank_gets_the_same_words():
-    positions = {0: _at('forward', inside='refiner.1'), 1: _at('settling')}
-    assert diagnose(positions, TYPES, 60).text == diagnose(dict(positions), TYPES, 60).text
+    positions = {0: _at('forward', SAME, call=IN_ALL_GATHER), 1: _at('settling', SAME[:1])}
+    assert diagnose(positions, 60, True).text == diagnose(dict(positions), 60, True).text
 
 
 @pytest.mark.parametrize('value', [0, -5, True, '180'])
