@@ -73,9 +73,11 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
 
     **The stall guard** runs as under MMEngine (``ddp_guard = dict(stall_timeout=...)`` in
     the config; None turns it off; 180 s by default; ``ddp_guard = dict(enabled=False)``
-    builds mmcv's own wrapper instead, unguarded): the phases it names are forward,
-    backward, settling and optimizer step (the latter until the next forward: mmcv's hooks
-    and data loading have no phase of their own here).
+    builds mmcv's own wrapper instead, unguarded), with the same verdicts from the ranks'
+    recorded collectives: the phases it names are forward, backward, settling and optimizer
+    step (the latter until the next forward: mmcv's hooks and data loading have no phase of
+    their own here). The watchdog stops at the end of the run (``StallGuardEndHook``, which
+    the wrapper registers on the runner that first calls its ``train_step``).
 
     **CPU.** A CPU module gets no ``device_ids`` (mmdet's ``build_ddp`` passes
     ``[LOCAL_RANK]``), and its DataContainer inputs are unwrapped as ``MMDataParallel``

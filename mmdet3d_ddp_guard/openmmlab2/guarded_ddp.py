@@ -102,30 +102,34 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
 
     **The stall guard: hangs that no flag fixes.** A collective that runs on some ranks and
     not on others in the same iteration hangs every rank whatever DDP's options: a SyncBN
-    (torch's, mmcv's, mmdet3d's ``NaiveSyncBatchNorm``) in a branch that depends on the
-    batch, a loss term all-reduced only when a class has boxes, a rank that raised while the
-    others wait. Plain DDP waits for the process group's timeout (10 to 30 minutes), then
-    NCCL's watchdog names a sequence number. Here every rank keeps its position in memory
-    (iteration; phase: data, forward, backward, settling, optimizer step, hooks, validation,
-    checkpoint; the SyncBN-type layers it entered and left), and a watchdog thread compares
-    one integer once a second. Only when its rank has not moved for ``stall_timeout``
-    seconds does it publish the position to the run's c10d store and read the other ranks'.
-    Positions that cannot meet (a rank inside a layer's collective while another waits in
-    DDP's gradient all-reduce; a layer run a different number of times on different ranks
-    in one iteration; different collectives; a rank that raised) end the run: every rank
-    logs the same diagnosis (which rank is where, the layer and the iteration, the cause in
-    words, the fix), the hook's files are written, and every rank exits with code 1, a few
-    seconds after ``stall_timeout`` when every rank answers (measured: 1 s after a 3 s
-    timeout), at most 1.5 minutes after it when one does not; torchrun's
-    ``ChildFailedError`` summary shows the diagnosis. Waiting for a rank busy outside
-    collectives (rank 0 saving a checkpoint, a slow data loader, a long validation), or
-    every rank in the same collective, is logged once and the run goes on. Cost while
-    nothing stalls: a few attribute writes per phase and per SyncBN call, and a thread that
-    wakes once a second; no store I/O, no collective (``tests/test_collective_budget.py``).
-    On NCCL, where a collective returns to the host before it completes, the host waits
-    later, at its next synchronisation: the guard still sees the SyncBN-type layers' calls
-    per iteration, so a SyncBN skipped on some ranks is named; other collectives show only
-    as the ranks' positions (and the process group's sequence numbers, in the diagnosis).
+    (torch's, mmcv's, mmdet3d's ``NaiveSyncBatchNorm``, a codebase's own) in a branch that
+    depends on the batch, a loss term all-reduced only when a class has boxes. Plain DDP waits
+    for the process group's timeout (10 to 30 minutes), then NCCL's watchdog names a sequence
+    number. Here every rank keeps in memory its iteration, its phase (data, forward,
+    backward, settling, optimizer step, hooks, validation, checkpoint) and the sequence of
+    collectives it issued (the Python-level ``torch.distributed`` calls, through recording
+    functions put in that namespace, and DDP's buckets, through the counts' comm hook), each
+    with its op, element count and issuer: the innermost module of the model on the issuing
+    stack. A watchdog thread compares one integer once a second. Only when its rank has not
+    moved for ``stall_timeout`` seconds does it publish its snapshot to the run's c10d store
+    and read the other ranks'. The run ends on evidence that holds on every backend: ranks
+    whose n-th collectives differ (or one that left an iteration without a collective
+    another issued in it), or a rank that raised. On gloo, where a collective blocks the host,
+    every rank waiting in communication at different collective counts ends it too. On NCCL,
+    where the host blocks at its first synchronisation wherever that is, agreeing collectives
+    are logged as a possible hang and the run is left to the group's timeout. When it ends,
+    every rank logs the same diagnosis (each rank's collective by module, the cause, the
+    fix), the hook's files are written, a checkpoint being written is finished, torchrun's
+    ``ChildFailedError`` summary shows the diagnosis, and every rank exits with code 1, a
+    second or two after ``stall_timeout`` when every rank answers. Waiting that can end (a
+    rank busy outside collectives: a checkpoint, a slow data loader, a long validation) is
+    logged once, and judged again after 2, 4, 8 ... timeouts (at most 10 minutes apart),
+    re-reading the store only after a change. A rank whose step raises publishes its error
+    and re-raises at once, with its traceback: a crash ends as fast as without the guard.
+    Cost while nothing stalls: a few attribute writes per phase and per collective, no module
+    hook (``torch.compile`` compiles the same frames), no store I/O, no collective
+    (``tests/test_collective_budget.py``). Only the first live guarded wrapper of a process
+    has a watchdog.
 
     **CPU.** A module on the CPU gets no ``device_ids`` (``Runner.wrap_model`` passes them to
     every DDP subclass, and DDP refuses them for CPU modules).
@@ -139,10 +143,10 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
             parameters every iteration; slow, for debugging only. Defaults to False.
         stall_timeout (float | None): Seconds a rank may stay in one place before its
             watchdog compares positions with the other ranks; None turns the stall guard
-            off (no thread). Only a hang ends the run, so a slow phase costs one log line:
-            the timeout sets how soon a hang is named, and how long a legitimately slow
-            phase (your longest checkpoint save, validation or data stall) runs before
-            that line. Keep it well below the process group's timeout (MMEngine's default
+            off (no thread, no record). Only a hang ends the run, so a slow phase costs one
+            log line: the timeout sets how soon a hang is named, and how long a
+            legitimately slow phase (your longest checkpoint save, validation or data
+            stall) runs before that line. Keep it well below the process group's timeout (MMEngine's default
             is 30 minutes), so that the guard speaks first. Defaults to 180.
         **kwargs: Passed on to :class:`torch.nn.parallel.DistributedDataParallel`.
     """

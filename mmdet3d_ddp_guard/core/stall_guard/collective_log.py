@@ -155,11 +155,10 @@ class CollectiveLog:
                 owner = frame.f_locals.get('self')
                 name = self._module_names.get(id(owner))
                 if name is not None:
-                    return (name, type(owner).__name__, code.co_name,
-                            short_path(code.co_filename), frame.f_lineno)
+                    return (name, type(owner).__name__, code.co_name, code.co_filename,
+                            frame.f_lineno)
             if call_site is None and not code.co_filename.startswith(_TORCH_DIR):
-                call_site = (None, None, code.co_name, short_path(code.co_filename),
-                             frame.f_lineno)
+                call_site = (None, None, code.co_name, code.co_filename, frame.f_lineno)
             frame = frame.f_back
         return call_site or (None, None, '?', 'torch', 0)
 
@@ -171,6 +170,7 @@ def describe(entry: list) -> str:
     if issuer[0] == 'ddp':
         return f"DDP's gradient bucket {issuer[1]} of iteration {iteration}"
     module, cls, function, path, line = issuer
+    path = short_path(path)  # here, not per collective: os.path.relpath costs microseconds
     where = (f'{op} in {module} ({cls}).{function}, {path}:{line}' if module is not None
              else f'{op} called from {path}:{line} in {function}')
     return f'{where}, its {ordinal(nth)} collective of iteration {iteration}'
