@@ -1,5 +1,8 @@
 """The stall guard on real gloo ranks: a hang ends on every rank within the stall timeout
-plus a small bound, each rank naming where every rank is and why; a slow rank does not."""
+plus a small bound, each rank naming where every rank is and why; a slow rank does not.
+'nonblocking' runs tell the guard that collectives do not block the host (NCCL's way,
+``MMDET3D_DDP_GUARD_NONBLOCKING_COLLECTIVES=1``) while gloo still blocks underneath: the
+verdicts must not change."""
 import os.path as osp
 import re
 

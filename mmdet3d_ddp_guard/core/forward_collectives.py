@@ -3,9 +3,11 @@
 Such a layer all-reduces batch statistics across ranks in every training forward. When a
 branch holding it runs on some ranks and not on others, the ranks that ran it wait for
 partners that never come: the job hangs before any backward, whatever DDP's options. This
-module finds those layers (for GuardedDDP's build-time warning and the stall guard's
-hooks), counts their calls per simulated rank (for ``check --world-size N``) and points at
-the config key that built them. It imports no framework: the callers log.
+module finds those layers by class (for GuardedDDP's build-time warning), counts their calls
+per simulated rank (for ``check --world-size N``) and points at the config key that built
+them. It imports no framework: the callers log. The stall guard does not use this list: it
+records every collective a rank issues, and names the issuing module whatever its class
+(:mod:`.stall_guard.collective_log`).
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 

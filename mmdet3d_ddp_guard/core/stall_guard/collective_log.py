@@ -236,7 +236,29 @@ def _recording(op: str, original):
             _active.record_call(op, args, kwargs)
         return original(*args, **kwargs)
     collective.ddp_guard_original = original
-    return collective
+    return _as_dynamo_sees(original, collective)
+
+
+def _as_dynamo_sees(original, collective):
+    """``collective`` such that ``torch.compile`` does with it what it does with
+    ``original``: Dynamo traces the collectives it can rewrite into its graph
+    (``traceable_collective_remaps``, which grew from torch 2.1 to 2.13) through the
+    recording function, which it inlines; at any other it breaks the graph, and would then
+    compile the recording function as a frame of its own (one frame more than without the
+    guard, seen on torch 2.1), so that one is disabled for Dynamo: the break falls where it
+    fell."""
+    dynamo = getattr(torch, '_dynamo', None)
+    if dynamo is None or not hasattr(dynamo, 'disable'):
+        return collective  # torch 1.x: no compiler
+    try:
+        from torch.distributed._functional_collectives import traceable_collective_remaps
+    except ImportError:
+        traceable_collective_remaps = {}
+    if original in traceable_collective_remaps:
+        return collective
+    disabled = dynamo.disable(collective)
+    disabled.ddp_guard_original = original
+    return disabled
 
 
 def record_collectives() -> None:
