@@ -204,6 +204,7 @@ def test_tools_train_py_under_torchrun_ends_a_sync_bn_hang(tmp_path):
     assert run.returncode != 0 and not run.timed_out, run.output[-3000:]
     summary = run.output[run.output.index('ChildFailedError'):]
     entries = re.split(r'\n\[\d\]:\n', summary)[1:]
+    print(run.output[run.output.index('GuardedDDP stall guard: no rank'):][:3000])
     assert sorted(re.search(r'rank +: (\d)', entry).group(1) for entry in entries) == \
         ['0', '1', '2', '3']
     for entry in entries:
