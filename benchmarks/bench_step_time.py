@@ -154,6 +154,8 @@ def main():
     for name, (make_model, wrappers) in comparisons(args).items():
         batch = make_batch(name, args, device, rank)
         runs = {w: build(w, make_model, device) for w in wrappers}
+        if 'guarded_auto' in runs and runs['guarded_auto'][0].stall_watchdog is None:
+            raise RuntimeError('guarded_auto has no stall watchdog: another wrapper holds it')
         times = {w: [] for w in runs}
         peaks = {w: [] for w in runs}
         with torch.autocast('cuda', torch.bfloat16, enabled=args.amp):
@@ -173,6 +175,9 @@ def main():
                     row[f'time_vs_{base}'] = row['step_ms'] / rows[base]['step_ms']
                     row[f'memory_vs_{base}'] = row['peak_mib'] / rows[base]['peak_mib']
         results[name] = rows
+        for ddp, _ in runs.values():  # the next model's guarded_auto gets the watchdog
+            if getattr(ddp, 'stall_watchdog', None) is not None:
+                ddp.stall_watchdog.stop()
         del runs
     if rank == 0:
         print(f'\n{dist.get_world_size()} ranks, {dist.get_backend()}, {device.type}'

@@ -58,13 +58,16 @@ def test_a_crash_ends_as_fast_as_without_the_guard_with_its_traceback(tmp_path, 
 def _builds_two_wrappers(rank: int, world_size: int):
     first = GuardedDDP(nn.Linear(4, 4), stall_timeout=30)
     second = GuardedDDP(nn.Linear(4, 4), stall_timeout=30)  # an evaluation model
-    result = (first.stall_watchdog is not None, second.stall_watchdog is None)
-    first.stall_watchdog.stop()
+    result = [first.stall_watchdog is not None, second.stall_watchdog is None]
+    first.stall_watchdog.stop()  # the end of the first run: the next wrapper gets one
+    third = GuardedDDP(nn.Linear(4, 4), stall_timeout=30)
+    result.append(third.stall_watchdog is not None)
+    third.stall_watchdog.stop()
     return result
 
 
 def test_a_second_wrapper_in_the_process_never_judges():
-    assert run_distributed(_builds_two_wrappers) == [(True, True)] * 2
+    assert run_distributed(_builds_two_wrappers) == [[True, True, True]] * 2
 
 
 def _waits_for_a_checkpoint(rank: int, world_size: int):

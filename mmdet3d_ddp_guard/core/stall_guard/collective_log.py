@@ -224,8 +224,11 @@ def activate(log: Optional[CollectiveLog]) -> None:
     _active = log
 
 
-def active_log() -> Optional[CollectiveLog]:
-    return _active
+def deactivate(log: CollectiveLog) -> None:
+    """Stops recording into ``log``, if it is the active one."""
+    global _active
+    if _active is log:
+        _active = None
 
 
 def _recording(op: str, original):

@@ -38,7 +38,7 @@ from typing import Callable, Dict, List, Optional, Set
 
 import torch.distributed as dist
 
-from .collective_log import activate
+from .collective_log import activate, deactivate
 from .rank_position import RankPosition
 from .stall_diagnosis import diagnose
 
@@ -74,6 +74,8 @@ def watch_ranks(position: RankPosition, timeout: Optional[float],
     watchdog = StallWatchdog(position, timeout, log, process_group)
     _live_watchdog = weakref.ref(watchdog)
     activate(position.collectives)
+    # A wrapper collected without stop() (a benchmark's, a test's) records nothing after.
+    weakref.finalize(watchdog, deactivate, position.collectives)
     watchdog.start()
     return watchdog
 
@@ -149,8 +151,11 @@ class StallWatchdog:
 
     def stop(self) -> None:
         """Ends the thread, and withdraws this rank's snapshot (the end of a run)."""
+        global _live_watchdog
         self._stopped = True
-        activate(None)
+        deactivate(self.position.collectives)
+        if _live_watchdog is not None and _live_watchdog() is self:
+            _live_watchdog = None  # a wrapper built after the end of this run gets one
         if self._published:
             try:
                 self._withdraw()  # the thread may not tick again before it sees the stop
