@@ -42,6 +42,10 @@ def counts_fit(dtype: torch.dtype, world_size: int) -> bool:
     return world_size <= _EXACT_INTEGERS.get(dtype, 2**24)
 
 
+def _no_listener(group, index: int, numel: int) -> None:
+    pass
+
+
 class UnusedCountsState:
     """State shared between GuardedDDP and :func:`allreduce_with_unused_counts`.
 
@@ -53,15 +57,16 @@ class UnusedCountsState:
 
     Attributes:
         counts (Tensor, optional): The all-reduced payload of the last counted backward.
-        bucket_listener (callable, optional): ``bucket_listener(group, index, numel)`` for
-            every all-reduce the hook issues (the stall guard's collective record).
+        bucket_listener (callable): ``bucket_listener(group, index, numel)`` for every
+            all-reduce the hook issues (the stall guard's collective record; by default
+            nothing).
     """
 
     def __init__(self, process_group, local_payload: Callable):
         self.process_group = process_group
         self.local_payload = local_payload
         self.counts: Optional[torch.Tensor] = None
-        self.bucket_listener: Optional[Callable[[object, int, int], None]] = None
+        self.bucket_listener: Callable[[object, int, int], None] = _no_listener
         self._zeros: Dict[Tuple, torch.Tensor] = {}
 
     def zeros(self, length: int, device, dtype) -> torch.Tensor:
@@ -79,10 +84,6 @@ class UnusedCountsState:
         return counts
 
 
-def _no_listener(group, index: int, numel: int) -> None:
-    pass
-
-
 # No return annotation: DDP checks it, and torch 1.9 accepts only a bare ``Future`` where
 # newer torch accepts only ``Future[torch.Tensor]``; both accept none.
 def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBucket):
@@ -90,7 +91,7 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
     group = state.process_group if state.process_group is not None else dist.group.WORLD
     world_size = group.size()
     buffer = bucket_buffer(bucket)
-    listener = state.bucket_listener or _no_listener
+    listener = state.bucket_listener
     if not is_last_bucket(bucket):
         listener(state.process_group, bucket_index(bucket), buffer.numel())
         buffer.div_(world_size)

@@ -26,9 +26,9 @@ GRADIENT_PHASES = ('backward', 'settling')
 _TORCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(dist.__file__)))
 _COLLECTIVE_FILES = (os.path.join(_TORCH_DIR, 'distributed') + os.sep,
                      os.path.join(_TORCH_DIR, 'nn', 'parallel', 'distributed.py'))
-# c10d's wrappers around every collective (logging, exception tracing), and the guard's
-# recording one, not the collective.
-_WRAPPER_FUNCTIONS = ('wrapper', '_exception_logger', 'inner', 'log_time', 'collective')
+# c10d's wrappers around every collective (logging, exception tracing), not the collective.
+_WRAPPER_FUNCTIONS = ('wrapper', '_exception_logger', 'inner', 'log_time')
+# The guard's recording functions, left out of the stack read.
 _RECORDING_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                'collective_log.py')
 
