@@ -75,7 +75,7 @@ def test_sync_batchnorm_in_the_skipped_refiner_predicts_hangs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert 'refiner.1 (SyncBatchNorm) ran on rank(s) 1, 2, 3 and not on rank(s) 0, first ' \
         'in iteration 0; change model.refiner_norm_cfg' in out
-    assert 'No DDP option helps, GuardedDDP included' in out
+    assert 'No DDP option helps, the guard included' in out
 
 
 def test_sync_batchnorm_on_two_ranks_that_both_run_it_is_ok(tmp_path):

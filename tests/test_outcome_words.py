@@ -2,6 +2,7 @@
 DDP's outcome in the same words (mmdet3d_ddp_guard.core.ddp_outcome)."""
 import pytest
 
+from mmdet3d_ddp_guard.core.config_lines import MMENGINE_LINES
 from mmdet3d_ddp_guard.core.ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_line
 from mmdet3d_ddp_guard.core.decision_policy import DecisionPolicy
 from mmdet3d_ddp_guard.examples import ToyDetector
@@ -26,6 +27,6 @@ def test_hook_summary_and_decision_say_the_outcome_as_check_does(ranks_left_unre
     summary = summary_dict(table, statistics, world_size=2)
     assert summary['verdict']['plain_ddp_outcome'] == outcome
     assert words in summary_text(summary)
-    decision = DecisionPolicy('auto', 'default', static_graph=False).observe(
+    decision = DecisionPolicy('auto', 'default', False, MMENGINE_LINES).observe(
         usage, statistics, table)
     assert words in decision.reason and 'hangs' not in decision.reason

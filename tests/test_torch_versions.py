@@ -4,6 +4,7 @@ records usage with, and DDP's graph search under gradient accumulation before to
 (tools/version_matrix.sh): each branch below that depends on the torch at hand is real there.
 """
 import inspect
+import re
 import warnings
 
 import pytest
@@ -11,8 +12,10 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from mmdet3d_ddp_guard.core import accumulate_grad_hooks, ddp_compat
+from mmdet3d_ddp_guard.core.config_lines import MMENGINE_LINES
 from mmdet3d_ddp_guard.core.decision_policy import (CONFIG_TOP_LEVEL, COMPLETE, FIND_UNUSED,
                                                     initial_decision)
+from mmdet3d_ddp_guard.core.usage_record import ParamUsageRecord
 from mmdet3d_ddp_guard.core.versions import (check_mmcv_full, check_mmengine, check_torch,
                                              graph_search_accumulates_right)
 from tests.dist_utils import DistributedRunError, run_distributed
@@ -117,6 +120,59 @@ def test_node_hook_sees_reached_undefined_and_unreached_parameters():
     assert len(seen) == 2
 
 
+def _backward_ends_seen_by_the_record(rank, world_size):
+    """A branch only rank 0 runs; the record's ``ended`` completes it (as the mmcv 1.x
+    adapter's settling does) and keeps what the gradients are at that moment."""
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict(dict(trunk=torch.nn.Linear(4, 4), branch=torch.nn.Linear(4, 4)))
+    record = ParamUsageRecord(model)
+    ddp = DistributedDataParallel(model)
+    params = list(model.parameters())
+    calls, grads = [], []
+
+    def ended():
+        calls.append('ended')
+        unreached = [params[i] for i in record.local_unreached()]
+        if unreached:
+            torch.autograd.backward(unreached, [torch.zeros_like(p) for p in unreached])
+        grads.append([p.grad.clone() for p in params])
+
+    record.on_backward(lambda: calls.append('started'), ended)
+
+    class Forward(torch.nn.Module):
+        def forward(self, x):
+            out = model['trunk'](x)
+            return model['branch'](out) if rank == 0 else out
+    ddp.module.forward = Forward().forward
+    for _ in range(3):
+        record.start_iteration()
+        ddp.zero_grad()
+        torch.autograd.backward(ddp(torch.full((2, 4), rank + 1.0)).sum())
+    return dict(calls=calls, grads=grads)
+
+
+@pytest.mark.timeout(120)
+def test_the_record_tells_a_backward_s_end_after_ddp_s_own_finalisation():
+    """The mmcv 1.x adapter settles from ``ParamUsageRecord.on_backward`` (autograd's final
+    callback, a private API): ``ended`` runs once per backward, however it was called, after
+    DDP copied the averaged gradients back (equal on both ranks), and the completion it runs
+    there fires no second call."""
+    results = run_distributed(_backward_ends_seen_by_the_record)
+    for result in results:
+        assert result['calls'] == ['started', 'ended'] * 3
+    for step_0, step_1 in zip(results[0]['grads'], results[1]['grads']):
+        for grad_0, grad_1 in zip(step_0, step_1):
+            assert torch.equal(grad_0, grad_1)
+
+
+def test_a_torch_without_autograd_s_final_callbacks_is_refused_clearly(monkeypatch):
+    record = ParamUsageRecord(torch.nn.Linear(2, 2))
+    monkeypatch.setattr(torch.autograd.Variable, '_execution_engine', object())
+    with pytest.raises(RuntimeError, match=rf'torch {re.escape(torch.__version__)} has no '
+                                           r'torch.autograd.Variable._execution_engine'):
+        record.on_backward(lambda: None, lambda: None)
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize('case', [
     dict(pattern='rank_dependent'),
@@ -134,14 +190,14 @@ def test_guarded_ddp_on_accumulate_grad_nodes_trains_like_the_graph_search(case)
 
 
 def test_find_unused_with_accumulation_before_torch_2_4_becomes_complete_loudly():
-    decision = initial_decision(True, CONFIG_TOP_LEVEL, False, accumulative_counts=2,
-                                torch_version='2.1.2')
+    decision = initial_decision(True, CONFIG_TOP_LEVEL, False, MMENGINE_LINES,
+                                accumulative_counts=2, torch_version='2.1.2')
     assert decision.mode == COMPLETE and decision.warning
     assert 'pytorch/pytorch#69031' in decision.reason and 'accumulative_counts=2' in \
         decision.reason and "find_unused_parameters='auto'" in decision.reason
     for counts, version in ((1, '2.1.2'), (2, '2.4.0')):
-        decision = initial_decision(True, CONFIG_TOP_LEVEL, False, accumulative_counts=counts,
-                                    torch_version=version)
+        decision = initial_decision(True, CONFIG_TOP_LEVEL, False, MMENGINE_LINES,
+                                    accumulative_counts=counts, torch_version=version)
         assert decision.mode == FIND_UNUSED and not decision.warning
 
 

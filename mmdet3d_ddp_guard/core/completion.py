@@ -142,7 +142,8 @@ class UnusedCompletion:
         record = self.record
         if self.policy.decision.mode == STRICT and usage.ranks_left_unreached:
             raise unused_parameters_error(record.table, dict(enumerate(usage.per_rank_unused)),
-                                          usage.iteration, self.policy.decision.source)
+                                          usage.iteration, self.policy.decision.source,
+                                          self.policy.lines)
         revised = self.policy.observe(usage, record.statistics, record.table)
         if revised is not None:
             self._log(revised.format())
@@ -152,4 +153,5 @@ class UnusedCompletion:
             self._static_graph_unused = local_unused
         elif local_unused != self._static_graph_unused:
             raise static_graph_changed_error(self.record.table, self._static_graph_unused,
-                                             local_unused, iteration, self.record.rank)
+                                             local_unused, iteration, self.record.rank,
+                                             self.policy.lines)

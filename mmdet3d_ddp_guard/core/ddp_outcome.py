@@ -23,12 +23,12 @@ OUTCOME_EXPLANATIONS = {
     FAILS: 'a rank that left parameters unused raises "Expected to have finished reduction in '
            'the prior iteration" at its next forward, and the ranks that used them wait in '
            'the gradient all-reduce until torchrun kills them (or, without torchrun, until '
-           "the collective timeout). GuardedDDP (find_unused_parameters='auto') trains it.",
+           "the collective timeout). The guard (mmdet3d_ddp_guard, its default mode) trains it.",
     HANGS: 'a layer that runs a collective in its forward (SyncBatchNorm and the like) ran on '
            'some ranks and not on others, so the ranks that ran it wait, before any backward, '
            'in a collective the others never join (or meet another collective there: '
            'undefined results), until the collective timeout. No DDP option helps, '
-           'GuardedDDP included. (Where the skipped branch also holds parameters, the '
+           'the guard included. (Where the skipped branch also holds parameters, the '
            'skipping rank of plain DDP may raise "Expected to have finished reduction" '
            'first, and torchrun then ends the job with that error.) Fix: use BN or GN in '
            'that branch, or run the branch on every rank.',
@@ -40,7 +40,7 @@ UNDEFINED_GRADIENTS_ONLY = (
     f'{PLAIN_DDP} would not fail on these: autograd reached them all, but their gradients '
     'stayed undefined (a custom autograd Function returned None); plain DDP reduces such '
     'gradients as zeros, so momentum and weight decay still move those weights, where '
-    'GuardedDDP and find_unused_parameters=True leave .grad None when no rank defined it.')
+    'the guard and find_unused_parameters=True leave .grad None when no rank defined it.')
 
 
 def outcome_line(outcome: str, iteration: Optional[int] = None,

@@ -10,8 +10,8 @@ from typing import List, Optional, Tuple, Union
 
 import torch
 
+from .config_lines import LINES, MMCV1_LINES, MMENGINE_LINES, ConfigLines
 from .ddp_outcome import FAILS, UNDEFINED_GRADIENTS_ONLY, outcome_line
-from .frameworks import MMCV1, MMENGINE
 from .param_table import ParamTable
 from .usage_record import IterationUsage, UsageStatistics
 from .versions import graph_search_accumulates_right
@@ -41,7 +41,7 @@ MODE_EXPLANATIONS = {
     FIND_UNUSED: ('DDP walks the autograd graph from the forward outputs every iteration '
                   'and all-reduces a per-parameter used map.'),
     STATIC_GRAPH: ('DDP records the used parameters in the first iteration and expects '
-                   'exactly that set in every later iteration; GuardedDDP stops the run '
+                   'exactly that set in every later iteration; the guard stops the run '
                    'with a clear error the iteration the set changes.'),
     STRICT: ("DDP's fast path with no safety net, at the cost of 'auto' when nothing is "
              'unused. If a rank leaves parameters unreached, its buckets are completed so '
@@ -61,15 +61,16 @@ def not_given():
     return _SENTINEL
 
 
-def resolve_request(wrapper_value, config_value=_SENTINEL,
-                    built_by_runner: bool = True) -> Tuple[Union[str, bool], str]:
+def resolve_request(wrapper_value, config_value=_SENTINEL, built_by_runner: bool = True,
+                    lines: ConfigLines = MMENGINE_LINES) -> Tuple[Union[str, bool], str]:
     """What the user asked for, and where they wrote it.
 
     ``model_wrapper_cfg=dict(type='GuardedDDP', find_unused_parameters=...)`` (or the
     argument, when GuardedDDP is built in Python) and the top-level
     ``find_unused_parameters = ...`` of the config (which MMEngine drops when
     ``model_wrapper_cfg`` is set) are both honoured; when both are written and disagree the
-    run does not start, since either choice would silently ignore one of them.
+    run does not start, since either choice would silently ignore one of them. ``lines``:
+    the words of the framework whose config is read (mmcv 1.x has the top-level key only).
     """
     wrapper_option = ('model_wrapper_cfg.find_unused_parameters', '') if built_by_runner \
         else ('find_unused_parameters', ' (argument of GuardedDDP)')
@@ -81,14 +82,13 @@ def resolve_request(wrapper_value, config_value=_SENTINEL,
         if isinstance(value, str):
             if value != AUTO:
                 raise ValueError(
-                    f'GuardedDDP: {option}={value!r}{where} is not a known mode. Use '
-                    "'auto' (let GuardedDDP choose), True (DDP graph search) or False (DDP "
+                    f'{lines.wrapper}: {option}={value!r}{where} is not a known mode. Use '
+                    "'auto' (let the guard choose), True (DDP graph search) or False (DDP "
                     'fast path, fail clearly on unused parameters).')
         elif not isinstance(value, bool):
             raise TypeError(
-                f'GuardedDDP: {option}{where} must be \'auto\', True or False, not '
-                f'{type(value).__name__} {value!r}. Write e.g. '
-                "model_wrapper_cfg=dict(type='GuardedDDP', find_unused_parameters='auto').")
+                f'{lines.wrapper}: {option}{where} must be \'auto\', True or False, not '
+                f'{type(value).__name__} {value!r}. Write e.g. {lines.mode("auto")}')
     if wrapper_value is not _SENTINEL and config_value is not _SENTINEL \
             and wrapper_value != config_value:
         raise ValueError(
@@ -108,7 +108,7 @@ def resolve_request(wrapper_value, config_value=_SENTINEL,
 
 @dataclass
 class Decision:
-    """What GuardedDDP does about unused parameters, why, and on what evidence.
+    """What the guard does about unused parameters, why, and on what evidence.
 
     Attributes:
         mode (str): One of ``'complete'``, ``'find_unused'``, ``'static_graph'``,
@@ -116,6 +116,7 @@ class Decision:
         requested: What the user asked for (``'auto'``, True or False).
         source (str): Where the request came from.
         reason (str): Why this mode, in a sentence.
+        lines (ConfigLines): The framework's words: the wrapper the decision is of.
         iteration (int, optional): The iteration whose evidence led here; None at build.
         evidence (list[str]): Lines naming the parameters, how often unused, on which ranks.
         warning (bool): The decision overrides what the user wrote, so it is logged as a
@@ -125,6 +126,7 @@ class Decision:
     requested: Union[str, bool]
     source: str
     reason: str
+    lines: ConfigLines
     iteration: Optional[int] = None
     evidence: List[str] = field(default_factory=list)
     warning: bool = False
@@ -132,7 +134,7 @@ class Decision:
     def format(self) -> str:
         when = 'at build' if self.iteration is None else f'after iteration {self.iteration}'
         lines = [
-            f'GuardedDDP decision ({when}): mode={self.mode!r} '
+            f'{self.lines.wrapper} decision ({when}): mode={self.mode!r} '
             f'(requested find_unused_parameters={self.requested!r}, from {self.source})',
             *textwrap.wrap(f'why: {self.reason}', 92, initial_indent='  ',
                            subsequent_indent='       '),
@@ -184,39 +186,44 @@ def configured_accumulation(runner) -> int:
     return max(counts, default=1)
 
 
-def initial_decision(requested, source: str, static_graph: bool,
+def initial_decision(requested, source: str, static_graph: bool, lines: ConfigLines,
                      accumulative_counts: int = 1,
                      torch_version: Optional[str] = None) -> Decision:
     if static_graph:
         return Decision(STATIC_GRAPH, requested, source + ' + static_graph=True',
-                        'static_graph=True was written; it is honoured.')
+                        'static_graph=True was written; it is honoured.', lines)
     torch_version = torch_version or torch.__version__
     if requested is True and accumulative_counts > 1 \
             and not graph_search_accumulates_right(torch_version):
         return Decision(COMPLETE, requested, source,
                         ACCUMULATION_BUG.format(counts=accumulative_counts,
                                                 torch_version=torch_version),
-                        warning=True)
+                        lines, warning=True)
     if requested is True:
         if source == CONFIG_TOP_LEVEL:
             # Often inherited from mmdet3d (SMOKE's config among others); a config cannot
             # delete an inherited key, only override it. No spaces in the line: the
             # message is wrapped at spaces and the line must stay whole.
-            how = ("To let GuardedDDP choose, add this line to your config: "
+            how = ("To let the guard choose, add this line to your config: "
                    "find_unused_parameters='auto' (it also overrides a True inherited from "
                    'an mmdet3d config).')
+        elif lines is MMCV1_LINES:
+            # The script passed True itself: what the config writes wins over it.
+            how = ("To let the guard choose, add this line to your config: "
+                   "find_unused_parameters='auto'.")
         else:
             how = "Remove it (or write 'auto') to let GuardedDDP choose."
         return Decision(FIND_UNUSED, requested, source,
-                        f'find_unused_parameters=True was written; it is honoured. {how}')
+                        f'find_unused_parameters=True was written; it is honoured. {how}',
+                        lines)
     if requested is False:
         return Decision(STRICT, requested, source,
-                        'find_unused_parameters=False was written; it is honoured.')
+                        'find_unused_parameters=False was written; it is honoured.', lines)
     return Decision(COMPLETE, requested, source,
                     'nothing observed yet. Completion costs next to nothing while every '
                     'parameter is used and keeps the run alive if some go unused later '
                     '(a rare empty batch); the graph search would be paid every iteration, '
-                    'and a static graph fails the first time the used set changes.')
+                    'and a static graph fails the first time the used set changes.', lines)
 
 
 class DecisionPolicy:
@@ -234,15 +241,17 @@ class DecisionPolicy:
         requested: ``'auto'``, True or False (already validated by :func:`resolve_request`).
         source (str): Where the request came from.
         static_graph (bool): DDP's ``static_graph``.
+        lines (ConfigLines): The words of the adapter's framework, for every message.
         accumulative_counts (int): The optim wrapper's gradient accumulation; with
             ``find_unused_parameters=True`` on torch < 2.4 it turns DDP's graph search
             into ``'complete'`` (see :data:`ACCUMULATION_BUG`).
         torch_version (str, optional): Defaults to the installed torch's.
     """
 
-    def __init__(self, requested, source: str, static_graph: bool,
+    def __init__(self, requested, source: str, static_graph: bool, lines: ConfigLines,
                  accumulative_counts: int = 1, torch_version: Optional[str] = None):
-        self.decision = initial_decision(requested, source, static_graph,
+        self.lines = lines
+        self.decision = initial_decision(requested, source, static_graph, lines,
                                          accumulative_counts, torch_version)
         self._situation = 'none'
 
@@ -256,7 +265,7 @@ class DecisionPolicy:
         previous = self.decision
         self.decision = Decision(previous.mode, previous.requested, previous.source,
                                  self._reason(situation, statistics, previous),
-                                 usage.iteration, evidence_lines(usage, statistics, table))
+                                 previous.lines, usage.iteration, evidence_lines(usage, statistics, table))
         return self.decision
 
     @staticmethod
@@ -318,10 +327,9 @@ def evidence_lines(usage: IterationUsage, statistics: UsageStatistics,
 
 #: The config line that puts the guard on a run, per framework: MMEngine's Runner builds the
 #: wrapper the config names; under mmcv 1.x the import alone guards its DDP.
-MMENGINE_GUARD_SETTING = "model_wrapper_cfg = dict(type='GuardedDDP')"
-MMCV1_GUARD_SETTING = ("custom_imports = dict(imports=['mmdet3d_ddp_guard'], "
-                       'allow_failed_imports=False)')
-GUARD_SETTINGS = {MMENGINE: MMENGINE_GUARD_SETTING, MMCV1: MMCV1_GUARD_SETTING}
+MMENGINE_GUARD_SETTING = MMENGINE_LINES.guard
+MMCV1_GUARD_SETTING = MMCV1_LINES.guard
+GUARD_SETTINGS = {framework: lines.guard for framework, lines in LINES.items()}
 
 
 def recommended_setting(statistics: UsageStatistics,
@@ -330,11 +338,11 @@ def recommended_setting(statistics: UsageStatistics,
     check command); ``guarded`` is the line that puts the guard on this framework's run."""
     if not statistics.iterations_with_unused:
         return guarded, ('no parameter went unused: plain DDP (find_unused_parameters=False) '
-                         'would train this too; GuardedDDP costs next to nothing here and '
+                         'would train this too; the guard costs next to nothing here and '
                          'keeps the run alive if a rare batch skips a branch later.')
     if statistics.first_unreached_iteration is None:
         return guarded, ('only undefined gradients: plain DDP would train, but would reduce '
-                         'them as zeros into the optimizer; GuardedDDP leaves them None where '
+                         'them as zeros into the optimizer; the guard leaves them None where '
                          'no rank defined them, as find_unused_parameters=True does.')
     # DDP's static graph keeps each rank's first unused set: ranks may differ, but not
     # change (a real 4-rank run of tests/test_check_world_size.py trains so).
@@ -344,5 +352,5 @@ def recommended_setting(statistics: UsageStatistics,
                          'DDP static_graph=True would also work, until the set changes; '
                          'plain DDP fails.')
     return guarded, ('the unused set changes between iterations or ranks: plain DDP fails '
-                     'and static_graph=True fails; GuardedDDP (or the slower '
+                     'and static_graph=True fails; the guard (or the slower '
                      'find_unused_parameters=True) trains it.')

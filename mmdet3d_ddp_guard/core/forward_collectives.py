@@ -39,11 +39,13 @@ def forward_collective_modules(model: nn.Module) -> List[Tuple[str, nn.Module]]:
             if has_forward_collective(module)]
 
 
-def forward_collectives_warning(model: nn.Module, limit: int = 12) -> Optional[str]:
+def forward_collectives_warning(model: nn.Module, wrapper: str,
+                                limit: int = 12) -> Optional[str]:
     """The build-time warning naming the SyncBN-type layers of ``model``; None without any.
 
     Args:
         model (nn.Module): The unwrapped model.
+        wrapper (str): The guarded wrapper as its user knows it (ConfigLines.wrapper).
         limit (int): At most this many layers are named.
     """
     found = forward_collective_modules(model)
@@ -52,11 +54,11 @@ def forward_collectives_warning(model: nn.Module, limit: int = 12) -> Optional[s
     names = ', '.join(f'{name} ({type(module).__name__})' for name, module in found[:limit])
     more = f' and {len(found) - limit} more' if len(found) > limit else ''
     message = (
-        f'GuardedDDP: the model holds {len(found)} layer(s) that run a collective in their '
+        f'{wrapper}: the model holds {len(found)} layer(s) that run a collective in their '
         f'forward: {names}{more}. If a branch holding one is skipped on some ranks and not '
         'on others in the same iteration, every rank waits in that collective before any '
-        'backward (plain DDP hangs); no DDP option can make that train, and GuardedDDP\'s '
-        "stall guard ends the run with the layer's name. Use BN or GN in branches that can "
+        'backward (plain DDP hangs); no DDP option can make that train, and the guard\'s '
+        "stall watchdog ends the run with the layer's name. Use BN or GN in branches that can "
         'be skipped, or run them on every rank; '
         '`python -m mmdet3d_ddp_guard check CONFIG --world-size N` predicts it.')
     return message

@@ -23,7 +23,9 @@ class GuardedWrapper:
     guarded DDP wrapper.
 
     Both adapters run a training step the same way: :meth:`guarded_step` around the whole
-    step, :meth:`backward_then_settle` around the backward, wherever their framework runs it.
+    step, then :meth:`backward_then_settle` around the backward where the framework lets the
+    wrapper run it (MMEngine's optim wrapper), or :meth:`settle_after_backward` at its end
+    where it does not (mmcv 1.x, from the usage record's ``on_backward``).
 
     A subclass names itself and the way to DDP's graph search in ``comm_hook_refusal``
     (``(wrapper, fix)``, the words of the error a user's own comm hook gets while the counts
@@ -56,31 +58,39 @@ class GuardedWrapper:
         """One training step: the previous iteration's per-rank detail resolved, this
         iteration's position and record started; ``then``, the phase after a step that
         returned; an error that leaves the step told to the stall guard first."""
-        try:
+        with self._reporting():
             # The previous iteration's per-rank detail, unless a hook has read it already.
             self.usage_record.resolve()
             self.stall_position.start_forward(self.completion.current_iteration())
             self.usage_record.start_iteration()
             yield
-        except Exception as error:
-            self._report(error)
-            raise
         if then is not None:
             self.stall_position.enter(then)
 
     def backward_then_settle(self, backward: Callable[[], None], reduces: bool) -> None:
         """Runs ``backward()`` and settles its unused parameters before the optimizer step;
         ``reduces`` is False inside ``no_sync`` (accumulation)."""
-        position = self.stall_position
-        position.enter('backward')
-        try:
+        self.stall_position.enter('backward')
+        with self._reporting():
             backward()
-            position.enter('settling')
+        self.settle_after_backward(reduces)
+
+    def settle_after_backward(self, reduces: bool) -> None:
+        """Settles the unused parameters of the backward that just ended (``reduces``: it
+        was one DDP reduces), before the optimizer step."""
+        position = self.stall_position
+        position.enter('settling')
+        with self._reporting():
             self.completion.settle(reduces)
+        position.enter('optimizer step')
+
+    @contextlib.contextmanager
+    def _reporting(self):
+        try:
+            yield
         except Exception as error:
             self._report(error)
             raise
-        position.enter('optimizer step')
 
     def _report(self, error: BaseException) -> None:
         if self.stall_watchdog is not None and error is not self._reported:

@@ -19,7 +19,7 @@ import inspect
 import logging
 
 import torch
-from mmcv.parallel import MMDistributedDataParallel
+from mmcv.parallel import DataContainer, MMDistributedDataParallel
 from mmcv.utils import print_log
 from torch.nn.parallel import DistributedDataParallel
 
@@ -39,8 +39,8 @@ def ddp_arguments(module, args, kwargs) -> dict:
 class CPUCompatibleMMDistributedDataParallel(MMDistributedDataParallel):
     """mmcv's ``MMDistributedDataParallel``, unchanged, except for a module on the CPU: no
     ``device_ids`` (mmdet's ``build_ddp`` passes ``[LOCAL_RANK]``, which DDP refuses there),
-    and the DataContainer inputs unwrapped as ``MMDataParallel`` does on the CPU (mmcv's
-    DDP hands them to the model as they are when it has no device ids). What
+    and the DataContainer inputs unwrapped (:func:`unwrap_for_one_device`; mmcv's DDP hands
+    them to the model as they are when it has no device ids). What
     ``ddp_guard = dict(enabled=False)`` builds on a machine without CUDA: plain DDP, to
     compare against."""
 
@@ -53,18 +53,32 @@ class CPUCompatibleMMDistributedDataParallel(MMDistributedDataParallel):
 
     def train_step(self, *inputs, **kwargs):
         if not self.device_ids:
-            inputs, kwargs = _on_cpu(self.scatter(inputs, kwargs, [-1]))
+            inputs, kwargs = unwrap_for_one_device(inputs), unwrap_for_one_device(kwargs)
         return super().train_step(*inputs, **kwargs)
 
     def val_step(self, *inputs, **kwargs):
         if not self.device_ids:
-            inputs, kwargs = _on_cpu(self.scatter(inputs, kwargs, [-1]))
+            inputs, kwargs = unwrap_for_one_device(inputs), unwrap_for_one_device(kwargs)
         return super().val_step(*inputs, **kwargs)
 
 
-def _on_cpu(scattered):
-    inputs, kwargs = scattered
-    return inputs[0], kwargs[0]
+def unwrap_for_one_device(obj):
+    """What mmcv's ``scatter`` hands the one device of a run: each DataContainer's first
+    chunk, in containers of the same types; anything else as it is.
+
+    Not mmcv's own CPU path (``scatter(..., [-1])``): that differs between versions.
+    mmcv-full 1.4.0 to 1.4.3 (1.4.0 is the BEV codebases' pin) unsqueeze every DataContainer
+    chunk on the CPU, so that a detector unpacking ``B, N, C, H, W = img.shape`` fails with
+    "too many values to unpack"; 1.4.4 and later do not. This gives what the GPU path
+    gives, on every mmcv 1.x.
+    """
+    if isinstance(obj, DataContainer):
+        return obj.data[0]
+    if isinstance(obj, dict):
+        return type(obj)((key, unwrap_for_one_device(value)) for key, value in obj.items())
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, '_fields'):
+        return type(obj)(unwrap_for_one_device(item) for item in obj)
+    return obj
 
 
 def allow_cpu_training() -> None:

@@ -8,19 +8,20 @@ read. So the class itself is guarded, in place: :func:`guard_mmcv_ddp` gives it 
 ``__new__`` that builds a :class:`GuardedMMDistributedDataParallel` instead, whatever name
 the caller holds it by. Subclasses of it that a codebase defines are left alone.
 """
-import functools
 import logging
 import sys
 import weakref
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from mmcv.parallel import MMDistributedDataParallel
 from mmcv.runner import BaseRunner, Fp16OptimizerHook
 from mmcv.utils import Config, print_log
 
+from ..core.config_lines import MMCV1_LINES
 from ..core.ddp_compat import set_static_graph, static_graph_arguments
-from ..core.decision_policy import FIND_UNUSED, DecisionPolicy, not_given, resolve_request
+from ..core.decision_policy import (CONFIG_TOP_LEVEL, FIND_UNUSED, DecisionPolicy, not_given,
+                                    resolve_request)
 from ..core.forward_collectives import forward_collectives_warning
 from ..core.guarded_wrapper import GuardedWrapper
 from ..core.stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
@@ -64,12 +65,25 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
 
     **Where the settling runs.** In mmcv 1.x the backward and the optimizer step run in the
     optimizer hook (``OptimizerHook``, ``GradientCumulativeOptimizerHook``,
-    ``Fp16OptimizerHook``), with no hook point between them. The loss that ``train_step``
-    returns is therefore the same tensor viewed as a subclass whose ``backward`` settles the
-    unused parameters right after autograd's backward: before gradient clipping and the
-    optimizer step, as DDP's own reduction would be. Arithmetic on it (the cumulative hook's
-    division, the fp16 hook's loss scaling) keeps that ``backward``. A hook that
-    back-propagates some other tensor is told so at the next iteration, with the fix.
+    ``Fp16OptimizerHook``, or a codebase's own), with no hook point between them. So the
+    settling runs at the end of the backward itself, from autograd's engine (the usage
+    record's ``on_backward``; a final callback, queued after DDP's own finalisation):
+    before gradient clipping and the optimizer step, as DDP's reduction is, however the
+    backward was called. Each of these trains as under mmcv's own DDP:
+
+    - ``loss.backward()`` on the returned loss, or on a divided or scaled one;
+    - ``torch.autograd.backward(loss)``, or the backward of another tensor of the graph;
+    - a step whose loss is not back-propagated at all (an optimizer hook that skips a NaN
+      loss): nothing is reduced or settled, as under DDP; if other ranks do back-propagate,
+      that is a real hang, which the stall guard names;
+
+    A model that runs its own backward inside ``train_step`` cannot train under mmcv's DDP,
+    in any mode: mmcv prepares DDP's reducer only after ``module.train_step`` returns, so
+    each backward meets the previous step's preparation, and DDP raises within three steps
+    (``initialize_buckets must NOT be called during autograd execution``, or "Expected to
+    mark a variable ready only once" under its graph search). The guard stops at the end of
+    the first such backward instead, and says so, with the fix: return the loss and let the
+    optimizer hook back-propagate it.
 
     **The stall guard** runs as under MMEngine (``ddp_guard = dict(stall_timeout=...)`` in
     the config; None turns it off; 180 s by default; ``ddp_guard = dict(enabled=False)``
@@ -89,8 +103,8 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
             (torch's ``DistributedDataParallel`` arguments).
     """
 
-    comm_hook_refusal = ('mmdet3d_ddp_guard', 'write find_unused_parameters = True (DDP '
-                         'graph search) in the config')
+    comm_hook_refusal = (MMCV1_LINES.wrapper,
+                         f'write {MMCV1_LINES.mode(True)} (DDP graph search) in the config')
 
     def __init__(self, module, *args, **kwargs):
         arguments = ddp_arguments(module, args, kwargs)
@@ -99,8 +113,8 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
         cfg = _training_config()
         requested, source = resolve_config_request(script_value, cfg)
         stall_timeout = guard_options(cfg).get('stall_timeout', DEFAULT_STALL_TIMEOUT)
-        policy = DecisionPolicy(requested, source, static_graph)
-        collectives_warning = forward_collectives_warning(module)
+        policy = DecisionPolicy(requested, source, static_graph, MMCV1_LINES)
+        collectives_warning = forward_collectives_warning(module, MMCV1_LINES.wrapper)
         if collectives_warning:
             print_log(collectives_warning, logger='mmcv', level=logging.WARNING)
         usage_record = ParamUsageRecord(module, arguments.get('process_group'))
@@ -110,16 +124,16 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
         self._runner = None
         self.guard(module, usage_record, policy, self._runner_iteration, _log_revision,
                    stall_timeout, _log_stall)
-        self._settling_loss = type('SettlingLoss', (SettlingLoss, ),
-                                   {'wrapper': weakref.ref(self)})
-        # The iteration whose returned loss has not been back-propagated yet.
-        self._awaiting_backward: Optional[int] = None
-        self._reduces = True
+        # Whether DDP's reducer is prepared for a backward (mmcv's train_step prepares it
+        # after the module's step, on these conditions), which that backward consumes.
+        self._reducer_prepared = False
+        self._in_module_step = False
+        usage_record.on_backward(self._backward_started, self._backward_ended)
         print_log(policy.decision.format(), logger='mmcv',
                   level=logging.WARNING if policy.decision.warning else logging.INFO)
 
     def train_step(self, *inputs, **kwargs):
-        """mmcv's train step; the returned loss settles unused parameters in its backward."""
+        """mmcv's train step; its backward, wherever it runs, settles unused parameters."""
         if self._runner is None:
             caller = sys._getframe(1).f_locals.get('self')
             if isinstance(caller, BaseRunner):  # mmcv's runners call model.train_step
@@ -129,15 +143,13 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
                     caller.register_hook(StallGuardEndHook(self.stall_watchdog),
                                          priority='LOWEST')
         with self.guarded_step():
-            if self._awaiting_backward is not None:
-                raise RuntimeError(_NO_SETTLING_BACKWARD.format(
-                    iteration=self._awaiting_backward))
-            outputs = super().train_step(*inputs, **kwargs)
-            self._reduces = torch.is_grad_enabled() and self.require_backward_grad_sync
-            if isinstance(outputs, dict) and isinstance(outputs.get('loss'), torch.Tensor) \
-                    and outputs['loss'].requires_grad:
-                outputs['loss'] = outputs['loss'].as_subclass(self._settling_loss)
-                self._awaiting_backward = self.completion.current_iteration()
+            self._in_module_step = True
+            try:
+                outputs = super().train_step(*inputs, **kwargs)
+            finally:
+                self._in_module_step = False
+            self._reducer_prepared = (torch.is_grad_enabled()
+                                      and self.require_backward_grad_sync)
         return outputs
 
     def _refuse_fp16_on_the_cpu(self, runner) -> None:
@@ -150,10 +162,15 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
             'loss scaler is torch.cuda.amp\'s. The model is on the CPU here: remove fp16 = '
             'dict(...) from the config to train in float32 on the CPU, or train on GPUs.')
 
-    def settling_backward(self, backward: Callable[[], None]) -> None:
-        """From the loss's ``backward``: autograd's backward, then the settling."""
-        self._awaiting_backward = None
-        self.backward_then_settle(backward, self._reduces)
+    def _backward_started(self) -> None:
+        self.stall_position.enter('backward')
+
+    def _backward_ended(self) -> None:
+        if self._in_module_step:
+            raise RuntimeError(OWN_BACKWARD_IN_TRAIN_STEP.format(
+                model=type(self.module).__name__))
+        reduces, self._reducer_prepared = self._reducer_prepared, False
+        self.settle_after_backward(reduces)
 
     def _runner_iteration(self, own_count: int) -> int:
         """mmcv's ``runner.iter`` (0-based, counted up after the iteration's hooks);
@@ -162,32 +179,16 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
         return own_count if runner is None else runner.iter
 
 
-class SettlingLoss(torch.Tensor):
-    """The loss ``train_step`` returns, viewed so that its ``backward`` settles the unused
-    parameters of its wrapper (a per-wrapper subclass names it in ``wrapper``) right after
-    autograd's backward. Results of arithmetic on it keep the type, so a hook's
-    ``(loss / cumulative_iters).backward()`` or ``loss_scaler.scale(loss).backward()``
-    settles too."""
-
-    wrapper = None
-
-    def backward(self, *args, **kwargs):
-        wrapper = type(self).wrapper()
-        backward = functools.partial(torch.Tensor.backward, self, *args, **kwargs)
-        if wrapper is None:
-            backward()
-        else:
-            wrapper.settling_backward(backward)
-
-
-_NO_SETTLING_BACKWARD = (
-    'mmdet3d_ddp_guard: the loss that MMDistributedDataParallel.train_step returned in '
-    'iteration {iteration} was not back-propagated through its own backward(), so the '
-    "guard could not settle that iteration's unused parameters before the optimizer step. "
-    "mmcv's optimizer hooks call runner.outputs['loss'].backward() (or a scaled or divided "
-    "loss's); a custom optimizer hook must too, instead of torch.autograd.backward(loss) or "
-    'the backward of another tensor. Or write find_unused_parameters = True in the config '
-    "(DDP's graph search, which needs no settling).")
+OWN_BACKWARD_IN_TRAIN_STEP = (
+    'mmdet3d_ddp_guard: {model}.train_step ran a backward itself. mmcv\'s '
+    'MMDistributedDataParallel prepares DDP\'s reducer only after the model\'s train_step '
+    'returns, so that backward meets the previous step\'s preparation: plain mmcv DDP '
+    'raises within three steps ("initialize_buckets must NOT be called during autograd '
+    'execution", or "Expected to mark a variable ready only once" with '
+    'find_unused_parameters = True), and no mode can reduce it right. Fix: return the loss '
+    "from train_step (dict(loss=..., log_vars=..., num_samples=...)) and let the config's "
+    'optimizer hook back-propagate it (optimizer_config = dict(grad_clip=None) is mmcv\'s '
+    'OptimizerHook).')
 
 
 def guard_mmcv_ddp() -> None:
@@ -215,12 +216,13 @@ def resolve_config_request(script_value, cfg):
     script passed it with the config silent, else ``'auto'``."""
     if cfg is not None and 'find_unused_parameters' in cfg:
         requested, _ = resolve_request(not_given(), cfg['find_unused_parameters'],
-                                       built_by_runner=False)
-        return requested, 'the config (top-level find_unused_parameters)'
+                                       built_by_runner=False, lines=MMCV1_LINES)
+        return requested, CONFIG_TOP_LEVEL
     if script_value is True:
         return True, ('the training script (MMDistributedDataParallel('
                       'find_unused_parameters=True); the config does not write it)')
-    return resolve_request(not_given(), not_given(), built_by_runner=False)[0], (
+    return resolve_request(not_given(), not_given(), built_by_runner=False,
+                           lines=MMCV1_LINES)[0], (
         'default: the config does not write find_unused_parameters (the False the training '
         "script passes then is the script's default, not a choice)")
 
@@ -234,7 +236,7 @@ def guard_options(cfg) -> dict:
                          f'{OPTIONS_KEY} = dict(...); the options are {", ".join(OPTIONS)}, '
                          f'e.g. {OPTIONS_KEY} = dict(stall_timeout=300).')
     if 'stall_timeout' in options:
-        check_stall_timeout(options['stall_timeout'])
+        check_stall_timeout(options['stall_timeout'], MMCV1_LINES)
     if not isinstance(options.get('enabled', True), bool):
         raise TypeError(f'mmdet3d_ddp_guard: {OPTIONS_KEY}.enabled must be True or False, '
                         f'not {options["enabled"]!r}.')

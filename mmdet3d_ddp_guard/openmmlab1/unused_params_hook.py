@@ -5,7 +5,7 @@ from mmcv.parallel import is_module_wrapper
 from mmcv.runner import (HOOKS, BaseRunner, CheckpointHook, Hook, IterBasedRunner, LoggerHook,
                          OptimizerHook, get_dist_info)
 
-from ..core.decision_policy import MMCV1_GUARD_SETTING
+from ..core.config_lines import MMCV1_LINES
 from ..core.usage_record import IterationUsage
 from ..reporting.usage_report import CHECKPOINT_KEY, ReportOptions
 from .guarded_mmcv_ddp import GuardedMMDistributedDataParallel
@@ -88,7 +88,7 @@ class UnusedParamsHook(ReportOptions, Hook):
         self.start_report(model, model.module if is_module_wrapper(model) else model,
                           isinstance(model, GuardedMMDistributedDataParallel),
                           runner.work_dir, runner.logger, get_dist_info()[0] == 0,
-                          self._on_usage, MMCV1_GUARD_SETTING)
+                          self._on_usage, MMCV1_LINES)
         # mmcv's runners count from 0 unless runner.resume set epoch and iter.
         resumed = runner.iter > 0
         self.report.prepare_out_dir(fresh=not resumed)

@@ -12,6 +12,7 @@ from mmengine.model.utils import detect_anomalous_params
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 
+from ..core.config_lines import MMENGINE_LINES
 from ..core.ddp_compat import set_static_graph, static_graph_arguments
 from ..core.decision_policy import (FIND_UNUSED, DecisionPolicy, configured_accumulation,
                                     not_given, resolve_request)
@@ -164,17 +165,17 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
         if not isinstance(static_graph, bool):
             raise TypeError(f'GuardedDDP: static_graph must be True or False, not '
                             f'{static_graph!r}.')
-        check_stall_timeout(stall_timeout)
+        check_stall_timeout(stall_timeout, MMENGINE_LINES)
         runner = _building_runner()
         config_value = (runner.cfg['find_unused_parameters']
                         if runner is not None and 'find_unused_parameters' in runner.cfg
                         else not_given())
         requested, source = resolve_request(find_unused_parameters, config_value,
                                             built_by_runner=runner is not None)
-        policy = DecisionPolicy(requested, source, static_graph,
+        policy = DecisionPolicy(requested, source, static_graph, MMENGINE_LINES,
                                 accumulative_counts=configured_accumulation(runner))
         # Before DDP's own checks, which refuse torch's SyncBatchNorm on the CPU.
-        collectives_warning = forward_collectives_warning(module)
+        collectives_warning = forward_collectives_warning(module, MMENGINE_LINES.wrapper)
         if collectives_warning:
             print_log(collectives_warning, logger='current', level=logging.WARNING)
         log_dropped_device_ids(module, kwargs)

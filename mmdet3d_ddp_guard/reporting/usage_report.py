@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 
 from torch.nn.parallel import DistributedDataParallel
 
-from ..core.decision_policy import MMENGINE_GUARD_SETTING
+from ..core.config_lines import MMENGINE_LINES, ConfigLines
 from ..core.errors import unused_parameters_error
 from ..core.usage_record import IterationUsage, ParamUsageRecord
 from .usage_history import HistoryFile, history_path, read_history, table_path, write_table
@@ -56,7 +56,7 @@ class ReportOptions:
 
     def start_report(self, model, module, guarded: bool, work_dir: str, logger,
                      main_process: bool, listener,
-                     guard_setting: str = MMENGINE_GUARD_SETTING) -> None:
+                     lines: ConfigLines = MMENGINE_LINES) -> None:
         """What both hooks' ``before_run`` do: the record (the guarded wrapper's own, one
         set of autograd hooks; else one of the hook's own on ``module``), the report, its
         summary as the stall guard's exit callback, and ``listener`` on the record.
@@ -69,7 +69,7 @@ class ReportOptions:
             logger: The runner's logger.
             main_process (bool): Whether this process writes the files.
             listener (callable): ``listener(usage, changed)`` for every resolved iteration.
-            guard_setting (str): See :class:`UsageReport`.
+            lines (ConfigLines): See :class:`UsageReport`.
         """
         self.record = model.usage_record if guarded else ParamUsageRecord(module)
         self.out_dir = self.out_dir or work_dir
@@ -78,7 +78,7 @@ class ReportOptions:
             self.max_modules_in_log, self.plot, main_process=main_process,
             drives_record=not guarded,
             stops_unreached=not guarded and plain_ddp_fast_path(model),
-            guard_setting=guard_setting)
+            lines=lines)
         if guarded and model.stall_watchdog is not None:
             # A stall that ends the run leaves through os._exit: no after_train / after_run.
             model.stall_watchdog.add_exit_callback(self.report.write_summary)
@@ -114,8 +114,8 @@ class UsageReport:
         stops_unreached (bool): Stop with :class:`UnusedParametersError` when this rank
             left parameters unreached (the hook's own record under plain DDP's fast path,
             see :func:`plain_ddp_fast_path`). Defaults to False.
-        guard_setting (str): The config line the summary recommends to put the guard on
-            this framework's run. Defaults to MMEngine's ``model_wrapper_cfg`` line.
+        lines (ConfigLines): The framework's words, for the summary's recommended line
+            and the stop's fix. Defaults to MMEngine's.
     """
 
     def __init__(self,
@@ -129,7 +129,7 @@ class UsageReport:
                  main_process: bool = True,
                  drives_record: bool = False,
                  stops_unreached: bool = False,
-                 guard_setting: str = MMENGINE_GUARD_SETTING):
+                 lines: ConfigLines = MMENGINE_LINES):
         self.record = record
         self.out_dir = out_dir
         self.logger = logger
@@ -140,7 +140,7 @@ class UsageReport:
         self.main_process = main_process
         self.drives_record = drives_record
         self.stops_unreached = stops_unreached
-        self.guard_setting = guard_setting
+        self.lines = lines
         self.history = HistoryFile(history_path(out_dir, prefix), logger)
 
     # -- the run's start ----------------------------------------------------------------
@@ -214,7 +214,7 @@ class UsageReport:
                 raise unused_parameters_error(
                     self.record.table, {self.record.rank: unreached}, iteration,
                     'the config: plain DDP (UnusedParamsHook cannot report across ranks '
-                    'here)')
+                    'here)', self.lines)
         if self.drives_record:
             self.record.end_local_iteration(iteration)
         self.record.resolve()
@@ -287,7 +287,7 @@ class UsageReport:
                 f'{self.history.path}; the summary below counts them.')
         table = self.record.table
         summary = summary_dict(table, self.record.statistics, self.record.world_size,
-                               self.guard_setting)
+                               self.lines.guard)
         try:
             history = read_history(self.history.path, self.logger, len(table))
         except OSError as error:

@@ -5,12 +5,14 @@ import importlib.util
 import pytest
 import torch
 import torch.nn as nn
-from mmcv.parallel import MMDistributedDataParallel
+from mmcv.parallel import DataContainer, MMDistributedDataParallel, collate, scatter_kwargs
 from mmcv.utils import Config
 
 import mmdet3d_ddp_guard
+from mmdet3d_ddp_guard.core.config_lines import MMCV1_LINES
 from mmdet3d_ddp_guard.openmmlab1 import GuardedMMDistributedDataParallel
-from mmdet3d_ddp_guard.openmmlab1.cpu_launch import CPUCompatibleMMDistributedDataParallel
+from mmdet3d_ddp_guard.openmmlab1.cpu_launch import (CPUCompatibleMMDistributedDataParallel,
+                                                     unwrap_for_one_device)
 from mmdet3d_ddp_guard.openmmlab1.guarded_mmcv_ddp import resolve_config_request
 
 
@@ -37,9 +39,9 @@ def test_only_mmcv_full_is_installed_and_the_package_imports():
     assert not hasattr(mmdet3d_ddp_guard, 'GuardedDDP')
 
 
-def _build(cfg: Config, **kwargs):
+def _build(cfg: Config, model=None, **kwargs):
     # The wrapper finds the training's config on the call stack, as train_detector holds it.
-    return MMDistributedDataParallel(TwoHeads(), **kwargs)
+    return MMDistributedDataParallel(model or TwoHeads(), **kwargs)
 
 
 def test_every_mmcv_ddp_built_after_the_import_is_guarded_unless_turned_off(
@@ -67,7 +69,7 @@ def test_what_the_config_wrote_wins_and_the_scripts_default_is_no_choice(config,
                                                else Config(config))
     assert requested == expected
     if config and 'find_unused_parameters' in config:
-        assert source == 'the config (top-level find_unused_parameters)'
+        assert source == 'config top-level find_unused_parameters'
 
 
 def test_bad_options_name_the_option_and_the_fix(single_rank_group):
@@ -77,37 +79,73 @@ def test_bad_options_name_the_option_and_the_fix(single_rank_group):
         _build(Config(dict(ddp_guard=dict(stall_timout=60))))
     with pytest.raises(TypeError, match=r'ddp_guard.enabled must be True or False'):
         _build(Config(dict(ddp_guard=dict(enabled='no'))))
-    with pytest.raises((TypeError, ValueError), match='stall_timeout'):
+    with pytest.raises(ValueError) as raised:
         _build(Config(dict(ddp_guard=dict(stall_timeout=-1))))
+    assert str(raised.value).startswith(f'{MMCV1_LINES.wrapper}: stall_timeout must be a '
+                                        'positive number of seconds')
+    assert str(raised.value).endswith('; e.g. ddp_guard = dict(stall_timeout=600)')
     with pytest.raises(ValueError, match=r"find_unused_parameters='yes'.*not a known mode"):
         _build(Config(dict(find_unused_parameters='yes')))
+    with pytest.raises(TypeError) as raised:
+        _build(Config(dict(find_unused_parameters=1)))
+    assert str(raised.value).endswith("Write e.g. find_unused_parameters = 'auto'")
 
 
-def test_a_loss_that_the_hook_does_not_backpropagate_is_named_at_the_next_step(
+class OwnBackward(TwoHeads):
+    """A model that runs its own backward in ``train_step`` and returns a detached loss."""
+
+    def train_step(self, data, optimizer):
+        outputs = super().train_step(data, optimizer)
+        outputs['loss'].backward()
+        outputs['loss'] = outputs['loss'].detach()
+        return outputs
+
+
+def _step(model, optimizer, use_b, backward):
+    optimizer.zero_grad(set_to_none=True)
+    outputs = model.train_step(dict(x=torch.ones(2, 3), use_b=use_b), optimizer)
+    backward(outputs['loss'])
+    optimizer.step()
+
+
+@pytest.mark.parametrize('backward, settled', [
+    (torch.Tensor.backward, 4),
+    (lambda loss: torch.autograd.backward(loss), 4),
+    (lambda loss: (loss / 2 * 512.0).backward(), 4),  # the cumulative and fp16 hooks' way
+    (lambda loss: None, 1),  # a hook that skips a NaN loss: only the last step back-propagates
+], ids=['loss.backward', 'torch.autograd.backward', 'scaled', 'skipped'])
+def test_every_way_to_run_the_backward_settles_as_mmcv_ddp_trains(single_rank_group,
+                                                                  backward, settled):
+    """head_b, unreached, is completed in each backward (else DDP raises "Expected to have
+    finished reduction" at the next forward) and left with grad None, as DDP's graph search
+    leaves it; a skipped backward is no error."""
+    model = _build(Config(dict()))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        _step(model, optimizer, False, backward)
+        assert model.module.head_b.weight.grad is None
+    _step(model, optimizer, True, torch.Tensor.backward)
+    assert model.module.head_b.weight.grad is not None
+    assert model.completion.iterations_ended == settled
+
+
+def test_a_model_that_runs_its_own_backward_is_told_why_mmcv_ddp_cannot_train_it(
         single_rank_group):
-    model = _build(Config(dict()))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    outputs = model.train_step(dict(x=torch.ones(2, 3), use_b=False), optimizer)
-    torch.autograd.backward(outputs['loss'])  # not the loss's own backward(): no settling
-    with pytest.raises(RuntimeError, match=r'returned in iteration 0 was not '
-                                           r'back-propagated through its own backward\(\)'):
-        model.train_step(dict(x=torch.ones(2, 3), use_b=False), optimizer)
-
-
-def test_the_settling_backward_survives_the_hooks_arithmetic(single_rank_group):
-    """GradientCumulativeOptimizerHook divides the loss, the fp16 hook scales it: the
-    results keep the settling backward; head_b, unused, gets grad None as under DDP's
-    graph search, head_a its gradient."""
-    model = _build(Config(dict()))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for step in range(2):
-        outputs = model.train_step(dict(x=torch.ones(2, 3), use_b=False), optimizer)
-        optimizer.zero_grad(set_to_none=True)
-        (outputs['loss'] / 2 * 512.0).backward()
-        optimizer.step()
-    assert model.module.head_b.weight.grad is None
-    assert model.module.head_a.weight.grad is not None
-    assert model.completion.iterations_ended == 2
+    """Plain mmcv DDP fails on it within three steps, in both modes; the guard stops at the
+    end of the first such backward, naming the model and the fix."""
+    for find_unused_parameters in (False, True):
+        plain = _build(Config(dict(ddp_guard=dict(enabled=False))), model=OwnBackward(),
+                       find_unused_parameters=find_unused_parameters)
+        optimizer = torch.optim.SGD(plain.parameters(), lr=0.1)
+        with pytest.raises(RuntimeError, match='initialize_buckets|mark a variable ready'):
+            for _ in range(3):
+                _step(plain, optimizer, True, lambda loss: None)
+    guarded = _build(Config(dict()), model=OwnBackward())
+    with pytest.raises(RuntimeError) as raised:
+        _step(guarded, torch.optim.SGD(guarded.parameters(), lr=0.1), True, lambda loss: None)
+    assert str(raised.value).startswith('mmdet3d_ddp_guard: OwnBackward.train_step ran a '
+                                        'backward itself.')
+    assert 'Fix: return the loss from train_step' in str(raised.value)
 
 
 def test_a_comm_hook_of_ones_own_is_refused_where_the_counts_ride_the_all_reduce(
@@ -124,3 +162,40 @@ def test_a_comm_hook_of_ones_own_is_refused_where_the_counts_ride_the_all_reduce
 def _allreduce(state, bucket):
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     return allreduce_hook(None, bucket)
+
+
+def _bev_batch():
+    """Two samples as a BEV codebase's pipeline makes them: six camera images stacked,
+    metas on the CPU only, boxes per sample; collated by mmcv for one device."""
+    samples = [dict(img=DataContainer(torch.rand(6, 3, 8, 8), stack=True),
+                    img_metas=DataContainer(dict(index=i), cpu_only=True),
+                    gt_bboxes=DataContainer(torch.rand(i + 1, 4)))
+               for i in range(2)]
+    return collate(samples, samples_per_gpu=2)
+
+
+class CameraShapes(TwoHeads):
+    def train_step(self, data, optimizer):
+        batch, cameras, channels, height, width = data['img'].shape  # BEVFormer's unpacking
+        assert [meta['index'] for meta in data['img_metas']] == [0, 1]
+        assert [boxes.shape[0] for boxes in data['gt_bboxes']] == [1, 2]
+        loss = self.head_a(data['img'].mean(dim=(1, 3, 4))).mean()
+        return dict(loss=loss, log_vars=dict(loss=loss.item()), num_samples=batch)
+
+
+def test_the_cpu_path_hands_the_model_what_the_gpu_path_does(single_rank_group):
+    """mmcv-full 1.4.0 to 1.4.3's CPU scatter adds a leading dimension to every
+    DataContainer chunk (mmcv 1.4.0's _functions.scatter: ``output.unsqueeze(0)`` when
+    ``devices == [-1]``); the adapter does not use it. Where the installed mmcv's scatter is
+    right (1.4.4 and later), both give the same, and a BEV detector's five-dimensional
+    images reach it whole through both wrappers."""
+    batch = _bev_batch()
+    inputs, kwargs = scatter_kwargs((batch, ), {}, [-1])
+    ours = unwrap_for_one_device((batch, ))
+    assert ours[0].keys() == inputs[0][0].keys()
+    assert torch.equal(ours[0]['img'], inputs[0][0]['img'])
+    assert ours[0]['img'].shape == (2, 6, 3, 8, 8)
+    assert ours[0]['img_metas'] == inputs[0][0]['img_metas']
+    for config in (dict(), dict(ddp_guard=dict(enabled=False))):
+        model = _build(Config(config), model=CameraShapes())
+        model.train_step(batch, None)['loss'].backward()

@@ -88,7 +88,8 @@ def test_guarded_run_writes_the_files_and_the_log_field(data_root, tmp_path, cap
     work_dir = str(tmp_path / 'guarded')
     run = _train(data_root, work_dir)
     assert run.returncode == 0, run.output[-3000:]
-    assert "GuardedDDP decision (at build): mode='complete'" in run.output
+    assert ("MMDistributedDataParallel (guarded by mmdet3d_ddp_guard) decision (at build): "
+            "mode='complete'") in run.output
     summary = _assert_rank_1_left_the_refiner_unused(work_dir)
     # The field on every log line, from runner.log_buffer, before TextLoggerHook printed.
     logged = _logged_iterations(run.output)
@@ -114,7 +115,7 @@ def test_plain_ddp_graph_search_gets_the_hooks_own_record(data_root, tmp_path):
     work_dir = str(tmp_path / 'plain')
     run = _train(data_root, work_dir, (*PLAIN_FIND_UNUSED, 'log_config.interval=2'))
     assert run.returncode == 0, run.output[-3000:]
-    assert 'GuardedDDP decision' not in run.output
+    assert 'guarded by mmdet3d_ddp_guard) decision' not in run.output
     _assert_rank_1_left_the_refiner_unused(work_dir)
     logged = _logged_iterations(run.output)
     assert sorted(logged) == [2, 4]

@@ -38,6 +38,7 @@ from typing import Callable, Dict, List, Optional, Set
 
 import torch.distributed as dist
 
+from ..config_lines import ConfigLines
 from .collective_log import activate, deactivate
 from .rank_position import RankPosition
 from .stall_diagnosis import diagnose
@@ -66,7 +67,6 @@ def watch_ranks(position: RankPosition, timeout: Optional[float],
     ``position``; None when the stall guard is off (``timeout`` None), the group has one
     rank (nobody to wait for), or another wrapper of this process has the watchdog."""
     global _live_watchdog
-    check_stall_timeout(timeout)
     if timeout is None or dist.get_world_size(process_group) < 2:
         return None
     if _live_watchdog is not None and _live_watchdog() is not None:
@@ -88,13 +88,14 @@ def collectives_block(process_group) -> bool:
     return dist.get_backend(process_group) in BLOCKING_BACKENDS
 
 
-def check_stall_timeout(timeout) -> None:
+def check_stall_timeout(timeout, lines: ConfigLines) -> None:
+    """At the adapter's boundary, where the option is read (the watchdog trusts it)."""
     if timeout is None:
         return
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f'GuardedDDP: stall_timeout must be a positive number of seconds, '
-                         f'or None to turn the stall guard off, not {timeout!r}; e.g. '
-                         "model_wrapper_cfg = dict(type='GuardedDDP', stall_timeout=600).")
+        raise ValueError(f'{lines.wrapper}: stall_timeout must be a positive number of '
+                         f'seconds, or None to turn the stall guard off, not {timeout!r}; '
+                         f'e.g. {lines.option("stall_timeout", 600)}')
 
 
 def default_answer_wait(timeout: float) -> float:
@@ -114,7 +115,6 @@ class StallWatchdog:
 
     def __init__(self, position: RankPosition, timeout: float,
                  log: Callable[[str, bool], None], process_group=None):
-        check_stall_timeout(timeout)
         self.position = position
         self.timeout = float(timeout)
         self.answer_wait = default_answer_wait(self.timeout)
