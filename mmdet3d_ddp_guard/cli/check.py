@@ -42,6 +42,10 @@ FRAMEWORK_NAMES = {MMENGINE: 'MMEngine (OpenMMLab 2.x)',
                    MMCV1: 'mmcv-full 1.x (OpenMMLab 1.x: mmdet 2.x, mmdet3d 0.x)'}
 #: mmcv 1.x's runners, named by ``runner = dict(type=...)`` in a 1.x config.
 MMCV1_RUNNERS = ('IterBasedRunner', 'EpochBasedRunner')
+#: The config key each framework's training takes its seed from (``--seed`` sets it).
+SEED_KEYS = {MMENGINE: 'randomness.seed', MMCV1: 'seed'}
+#: The module the guard's import line adds to ``custom_imports``.
+GUARD_MODULE = 'mmdet3d_ddp_guard'
 
 
 def framework_of_config(cfg: Mapping[str, Any]) -> Optional[str]:
@@ -172,7 +176,27 @@ def _dict_action():
     return DictAction
 
 
-def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE):
+def import_line(custom_imports: Optional[Mapping] = None) -> str:
+    """The ``custom_imports`` line that imports the guard, for the end of a config whose
+    merged ``custom_imports`` is ``custom_imports``: its list with the guard added and its
+    ``allow_failed_imports`` kept, since the line replaces the list the config has.
+
+    Args:
+        custom_imports (Mapping): The config's ``custom_imports``, or None.
+    """
+    if not custom_imports:
+        return IMPORT_LINE
+    imports = custom_imports.get('imports') or []
+    # mmcv's and MMEngine's import_modules_from_strings take one name as well as a list.
+    imports = [imports] if isinstance(imports, str) else list(imports)
+    if GUARD_MODULE not in imports:
+        imports.append(GUARD_MODULE)
+    allow = custom_imports.get('allow_failed_imports', False)
+    return f'custom_imports = dict(imports={imports!r}, allow_failed_imports={allow!r})'
+
+
+def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE,
+              seed: Optional[int] = None):
     """Simulates ``world_size`` ranks for ``iters`` iterations of ``cfg``; returns the
     simulation, the usage summary and the prediction.
 
@@ -181,15 +205,21 @@ def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE):
         world_size (int): Number of simulated ranks.
         iters (int): Iterations to simulate.
         framework (str): ``'mmengine'`` or ``'mmcv-full'`` (:func:`config_framework`).
+        seed (int): Set as the config's seed (:data:`SEED_KEYS`), as ``tools/train.py
+            --seed`` sets it; None leaves the config's.
     """
+    if seed is not None:
+        cfg.merge_from_dict({SEED_KEYS[framework]: seed})
     simulation = _simulation_class(framework)(cfg, world_size)
     iterations = simulation.run(iters)
     record = simulation.record
     prediction = predict(record.table, iterations, world_size, simulation.collectives.types,
                          sync_norm_cfg_keys(cfg.model))
     prediction.update(seed=simulation.seed, seed_from_config=simulation.seed_given)
-    summary = summary_dict(record.table, record.statistics, world_size,
-                           GUARD_SETTINGS[framework])
+    # Under mmcv 1.x the guard's setting is its import line, pasted over the config's own.
+    guard = import_line(cfg.get('custom_imports')) if framework == MMCV1 \
+        else GUARD_SETTINGS[framework]
+    summary = summary_dict(record.table, record.statistics, world_size, guard)
     plain = prediction['plain_ddp']
     # The prediction sees forward collectives too: its verdict is the summary's.
     summary['verdict'].update(plain_ddp_fails=plain['outcome'] != OK,
@@ -198,7 +228,8 @@ def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE):
     return simulation, summary, prediction
 
 
-def report(summary: dict, prediction: dict, table, framework: str = MMENGINE) -> str:
+def report(summary: dict, prediction: dict, table, framework: str = MMENGINE,
+           custom_imports: Optional[Mapping] = None) -> str:
     """The text the command prints: the summary, the prediction and the config advice.
 
     Args:
@@ -206,28 +237,31 @@ def report(summary: dict, prediction: dict, table, framework: str = MMENGINE) ->
         prediction (dict): :func:`predict`'s, as :func:`run_check` returns it.
         table (ParamTable): The names of the parameter ids.
         framework (str): The config's framework (:func:`config_framework`).
+        custom_imports (Mapping): The config's ``custom_imports`` (:func:`import_line`).
     """
     lines = ['', '=' * 78, summary_text(summary), '',
              prediction_text(prediction, table, max_rows=MAX_TABLE_ROWS)]
-    if not prediction['seed_from_config']:
-        # Where each framework's training takes the seed from.
-        where = 'no seed (tools/train.py --seed sets cfg.seed)' if framework == MMCV1 \
-            else 'no randomness.seed'
-        lines.append(f'The config sets {where}, so a shuffling sampler orders the '
+    if not prediction['seed_from_config'] and framework == MMCV1:
+        lines.append(f'The config sets no seed and no --seed was given: simulated with seed '
+                     f'{prediction["seed"]}, the --seed default of tools/train.py in '
+                     'BEVFormer, UniAD, StreamPETR and PETR. mmdet 2.x\'s own tools/train.py '
+                     'draws a random seed without --seed, and a shuffling sampler orders '
+                     'the data by it: give check the --seed your training gets.')
+    elif not prediction['seed_from_config']:
+        lines.append(f'The config sets no randomness.seed, so a shuffling sampler orders the '
                      f'data differently in every run; this prediction used seed '
-                     f'{prediction["seed"]}.')
+                     f'{prediction["seed"]} (--seed sets one).')
     if prediction['plain_ddp']['outcome'] == HANGS:
         lines += ['', 'First replace the SyncBN-type layer(s) named above: no wrapper can '
                   'prevent that hang. Then, for the unused parameters, add to your config:']
     else:
         lines += ['', 'Add to your config:']
+    lines.append(f'    {import_line(custom_imports)}')
     if framework == MMCV1:
-        lines += [f'    {IMPORT_LINE}',
-                  '(it guards every MMDistributedDataParallel the training builds), and '
+        lines += ['(it guards every MMDistributedDataParallel the training builds), and '
                   'delete any top-level `find_unused_parameters = ...` line.', '=' * 78]
         return '\n'.join(lines)
     lines += [
-        f'    {IMPORT_LINE}',
         f'    {summary["verdict"]["recommended_setting"]}',
         "    custom_hooks = [dict(type='UnusedParamsHook')]  # optional: per-iteration report",
         '(or inherit configs/_base_/ddp_guard.py), and delete any top-level '
@@ -245,6 +279,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='write the prediction (per iteration and rank) as JSON here')
     parser.add_argument('--png', default=None, metavar='PATH',
                         help='draw iterations x ranks (unused, fails, hangs) into this PNG')
+    parser.add_argument('--seed', type=int, default=None,
+                        help="the training's seed, set as the config's (cfg.seed, as "
+                             'tools/train.py --seed sets it under mmcv-full 1.x; '
+                             'randomness.seed under MMEngine); a shuffling sampler orders the '
+                             "data by it. Default: the config's; else, for an mmcv-full 1.x "
+                             "config, 0, the --seed default of the BEV codebases' "
+                             'tools/train.py (BEVFormer, UniAD, StreamPETR, PETR; mmdet '
+                             "2.x's draws a random one); for MMEngine a random one, as its "
+                             'Runner draws')
     parser.add_argument('--work-dir', default=None,
                         help='where the summary files go (default: a temporary folder)')
     parser.add_argument('--cfg-options', nargs='+', action=_dict_action(), default={},
@@ -257,6 +300,9 @@ def _usage_error(args: argparse.Namespace):
     if args.world_size < 1:
         return f'--world-size must be a positive integer (the number of GPUs), not ' \
                f'{args.world_size}.'
+    if args.seed is not None and not 0 <= args.seed < 2**32:
+        return '--seed must be an integer from 0 to 2**32 - 1 (the range numpy seeds ' \
+               f'take), not {args.seed}.'
     if not osp.isfile(args.config):
         return f'no config file at {args.config!r}.'
     for option in ('json', 'png'):
@@ -283,12 +329,12 @@ def main(args: argparse.Namespace) -> int:
     cfg.merge_from_dict(args.cfg_options)
     try:
         simulation, summary, prediction = run_check(cfg, args.world_size, args.iters,
-                                                    framework)
+                                                    framework, args.seed)
     except SimulationError as error:
         print(f'check: {error}')
         return BAD_USAGE
     table = simulation.record.table
-    print(report(summary, prediction, table, framework))
+    print(report(summary, prediction, table, framework, cfg.get('custom_imports')))
     work_dir = args.work_dir or tempfile.mkdtemp(prefix='ddp_guard_check_')
     os.makedirs(work_dir, exist_ok=True)
     history = [dict(iter=it.iteration, unused_per_rank=[list(ids) for ids in it.unused_per_rank])

@@ -2,13 +2,22 @@
 
 The 1.x twin of :mod:`mmdet3d_ddp_guard.openmmlab2.rank_simulation`, sharing its
 framework-free half (:class:`~mmdet3d_ddp_guard.core.simulated_ranks.SimulatedRanks`).
-Each simulated iteration takes the N batches that mmdet's ``build_dataloader`` hands ranks
-0..N-1 of N (``dist=True``, with the config's ``runner`` type, ``shuffle``, seed and
-``samples_per_gpu``, and ``data.train_dataloader`` over those, as ``train_detector``
-merges them): ``InfiniteGroupBatchSampler`` / ``InfiniteBatchSampler`` for an
-``IterBasedRunner``, ``DistributedGroupSampler`` / ``DistributedSampler`` for an
-``EpochBasedRunner``. It collates them with ``mmcv.parallel.collate``, unwraps the
-DataContainers to CPU as ``MMDataParallel`` does without GPUs (``scatter`` to ``[-1]``),
+Each simulated iteration takes the N batches that the training's ``build_dataloader`` hands
+ranks 0..N-1 of N (``dist=True``, with the seed ``tools/train.py`` sets as ``cfg.seed``):
+
+- the codebase's own, where the config's plugin package (``plugin=True``,
+  ``plugin_dir``) has one in ``<plugin>.datasets.builder`` or ``<plugin>.datasets``
+  (BEVFormer, UniAD, StreamPETR: ``projects/mmdet3d_plugin/datasets/builder.py``), called as
+  their ``custom_train_detector`` calls it: ``data.samples_per_gpu``, ``shuffle`` left True,
+  ``data.shuffler_sampler`` / ``data.nonshuffler_sampler`` built from the codebase's own
+  sampler registry;
+- else mmdet's, with the config's ``runner`` type, ``shuffle`` and ``samples_per_gpu``, and
+  ``data.train_dataloader`` over those, as ``train_detector`` merges them:
+  ``InfiniteGroupBatchSampler`` / ``InfiniteBatchSampler`` for an ``IterBasedRunner``,
+  ``DistributedGroupSampler`` / ``DistributedSampler`` for an ``EpochBasedRunner``.
+
+It collates them with ``mmcv.parallel.collate``, unwraps the
+DataContainers as one GPU receives them (:func:`~.cpu_launch.unwrap_for_one_device`),
 runs the model's own ``train_step(data, optimizer)``, back-propagates its ``loss`` and,
 after every rank, takes one step of the config's optimizer on the rank-averaged gradient
 (clipped by ``optimizer_config.grad_clip`` as ``OptimizerHook`` clips it).
@@ -20,28 +29,36 @@ optimizer hooks (one plain step per iteration), and layers that need CUDA (the m
 on the CPU).
 """
 import importlib
+import inspect
 import os
 import os.path as osp
-from typing import Dict, List, Optional
+import sys
+from typing import Callable, Dict, List, Optional
 
-import numpy as np
 from mmcv import Config
-from mmcv.parallel import scatter_kwargs
 from mmcv.runner import OptimizerHook, build_optimizer
 from mmdet.apis import set_random_seed
 from mmdet.datasets import builder
 
 from ..core.simulated_ranks import (SimulatedIteration, SimulatedRanks, SimulationError,
                                     dist_info_of, endless_batches)
+from .cpu_launch import unwrap_for_one_device
 
 #: ``train_detector``'s defaults under ``data.train_dataloader`` (mmdet 2.x apis/train.py).
 LOADER_DEFAULTS = dict(samples_per_gpu=2, workers_per_gpu=2, persistent_workers=False)
 RUNNERS = ('IterBasedRunner', 'EpochBasedRunner')
+#: ``tools/train.py --seed``'s default in BEVFormer, UniAD, StreamPETR and PETR
+#: (``default=0``, then ``cfg.seed = args.seed``); mmdet 2.x's own draws a random seed.
+DEFAULT_SEED = 0
+#: Where the BEV codebases keep their own ``build_dataloader`` in the plugin package.
+CODEBASE_LOADER_MODULES = ('{plugin}.datasets.builder', '{plugin}.datasets')
 
 
 class RankSimulation(SimulatedRanks):
     """Builds the config's model, optimizer and per-rank data as mmdet 2.x's
-    ``tools/train.py`` and ``train_detector`` build them, and runs iterations.
+    ``tools/train.py`` and ``train_detector`` build them (the data as the codebase's
+    ``custom_train_detector`` does where its plugin has a ``build_dataloader``), and runs
+    iterations.
 
     Args:
         cfg (Config): The training config (``mmcv.Config``, custom imports done).
@@ -56,11 +73,11 @@ class RankSimulation(SimulatedRanks):
         if not cfg.data.get('train'):
             raise SimulationError('the config has no data.train; the simulation builds the '
                                   "config's own training dataset.")
-        _import_plugin(cfg)
+        plugin = _import_plugin(cfg)
         build_model, build_dataset = _builders()
-        # tools/train.py: cfg.seed from --seed, else one random draw that rank 0 broadcasts.
+        # tools/train.py sets cfg.seed from its --seed (check's --seed sets it the same way).
         self.seed_given = cfg.get('seed') is not None
-        self.seed = int(cfg.seed) if self.seed_given else int(np.random.randint(2**31))
+        self.seed = int(cfg.seed) if self.seed_given else DEFAULT_SEED
         set_random_seed(self.seed)
         self.model = build_model(cfg.model, train_cfg=cfg.get('train_cfg'),
                                  test_cfg=cfg.get('test_cfg'))
@@ -73,8 +90,12 @@ class RankSimulation(SimulatedRanks):
         grad_clip = (cfg.get('optimizer_config') or {}).get('grad_clip')
         self._clipper = OptimizerHook(grad_clip=grad_clip) if grad_clip else None
         super().__init__(self.model, world_size)
-        self.loaders = rank_dataloaders(self.dataset, loader_args(cfg, self.seed),
-                                        world_size)
+        build_loader = codebase_build_dataloader(plugin)
+        if build_loader is None:
+            build_loader, args = builder.build_dataloader, loader_args(cfg, self.seed)
+        else:
+            args = codebase_loader_args(cfg, self.seed, build_loader)
+        self.loaders = rank_dataloaders(self.dataset, args, world_size, build_loader)
         self._batches = [endless_batches(loader) for loader in self.loaders]
 
     def step(self, iteration: int) -> SimulatedIteration:
@@ -83,9 +104,8 @@ class RankSimulation(SimulatedRanks):
         model.train()
 
         def run_rank(batch):
-            # What MMDataParallel.train_step does without device ids.
-            inputs, kwargs = scatter_kwargs((batch, optimizer), {}, [-1])
-            outputs = model.train_step(*inputs[0], **kwargs[0])
+            # What one GPU's model receives (not mmcv's CPU scatter: see the function).
+            outputs = model.train_step(unwrap_for_one_device(batch), optimizer)
             # DDP averages gradients over ranks: each rank contributes 1/N of its own.
             (outputs['loss'] / self.world_size).backward()
 
@@ -117,27 +137,92 @@ def loader_args(cfg: Config, seed: int) -> Dict:
     args.update(cfg.data.get('train_dataloader') or {})
     if args.get('seed') is None:
         args['seed'] = seed
+    # The simulation runs no workers, so none can persist; and it is the distributed case,
+    # where build_dataloader ignores num_gpus.
+    args['persistent_workers'] = False
+    args.pop('num_gpus', None)
     return args
 
 
-def rank_dataloaders(dataset, args: Dict, world_size: int) -> List:
-    """One mmdet ``build_dataloader`` loader per simulated rank, built as that rank of
+def codebase_build_dataloader(plugin: Optional[str]) -> Optional[Callable]:
+    """The ``build_dataloader`` of the plugin package ``plugin``, in one of
+    :data:`CODEBASE_LOADER_MODULES`; None where it has none of its own (mmdet's, re-exported,
+    is not its own).
+
+    Args:
+        plugin (str): The plugin's module name (:func:`_import_plugin`), or None.
+    """
+    if plugin is None:
+        return None
+    for template in CODEBASE_LOADER_MODULES:
+        name = template.format(plugin=plugin)
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            # Only this module (or its package) missing means the plugin has no builder
+            # there; a builder whose own imports fail would stop the codebase's training too.
+            if error.name and (name == error.name or name.startswith(error.name + '.')):
+                continue
+            raise SimulationError(f"{name}, the plugin's data builder, cannot be imported "
+                                  f'({error}); its training imports it too: install what it '
+                                  'needs.') from error
+        build = getattr(module, 'build_dataloader', None)
+        if build is None or build is builder.build_dataloader:
+            continue
+        if not hasattr(sys.modules[build.__module__], 'get_dist_info'):
+            raise SimulationError(
+                f'{build.__module__}.build_dataloader does not read its rank from a '
+                'get_dist_info of its own module (BEVFormer\'s imports it: from mmcv.runner '
+                'import get_dist_info), so its loader per rank cannot be simulated.')
+        return build
+    return None
+
+
+def codebase_loader_args(cfg: Config, seed: int, build: Callable) -> Dict:
+    """The keyword arguments that the codebases' ``custom_train_detector`` (BEVFormer's and
+    UniAD's ``apis/mmdet_train.py``) passes their own ``build_dataloader`` for training:
+    ``data.samples_per_gpu``, ``seed``, ``data.shuffler_sampler`` and
+    ``data.nonshuffler_sampler`` (None, the builder's default sampler, where unset), and the
+    ``runner`` where the builder takes a ``runner_type`` (StreamPETR's). ``shuffle`` stays
+    the builder's default (True) and ``data.train_dataloader`` unread, as there.
+
+    Args:
+        cfg (Config): The training config.
+        seed (int): The seed ``tools/train.py`` sets as ``cfg.seed``.
+        build (callable): The codebase's ``build_dataloader``
+            (:func:`codebase_build_dataloader`).
+    """
+    if 'samples_per_gpu' not in cfg.data:
+        raise SimulationError(f"the config has no data.samples_per_gpu: the codebase's "
+                              f'training passes it to {build.__module__}.build_dataloader; '
+                              'set it.')
+    args = dict(samples_per_gpu=cfg.data.samples_per_gpu, seed=seed,
+                shuffler_sampler=cfg.data.get('shuffler_sampler'),
+                nonshuffler_sampler=cfg.data.get('nonshuffler_sampler'))
+    if 'runner_type' in inspect.signature(build).parameters and cfg.get('runner'):
+        args['runner_type'] = cfg.runner
+    return args
+
+
+def rank_dataloaders(dataset, args: Dict, world_size: int, build: Callable) -> List:
+    """One ``build(dataset, **args)`` loader per simulated rank, built as that rank of
     ``world_size`` (``dist=True``; workers off: the order does not depend on them).
 
     Args:
         dataset (Dataset): The training dataset (one object serves every rank).
-        args (dict): :func:`loader_args`.
+        args (dict): :func:`loader_args` for mmdet's ``build_dataloader``,
+            :func:`codebase_loader_args` for a codebase's.
         world_size (int): Number of simulated ranks.
+        build (callable): The ``build_dataloader`` of the training.
     """
-    args = dict(args, dist=True, workers_per_gpu=0, persistent_workers=False)
-    # num_gpus only counts without dist; the simulation is the distributed case.
-    args.pop('num_gpus', None)
+    args = dict(args, dist=True, workers_per_gpu=0)
+    # The builders read their rank from get_dist_info in their own module and pass it to
+    # the samplers they build.
+    module = sys.modules[build.__module__]
     loaders = []
     for rank in range(world_size):
-        # build_dataloader reads its rank from get_dist_info in its own module and passes
-        # it to the samplers it builds.
-        with dist_info_of(builder, rank, world_size):
-            loader = builder.build_dataloader(dataset, **args)
+        with dist_info_of(module, rank, world_size):
+            loader = build(dataset, **args)
         _check_rank(loader, rank, world_size)
         loaders.append(loader)
     return loaders

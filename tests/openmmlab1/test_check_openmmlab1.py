@@ -3,8 +3,11 @@
 The tiny branch RetinaNet (``branch_detector.py``) runs its ``refiner`` only on batches with
 label 1, which the tiny data (``tiny_coco.py``) puts on the even images; with
 ``shuffle=False`` mmdet's ``InfiniteBatchSampler`` gives rank 0 of 2 the even images and
-rank 1 the odd ones. Run in the OpenMMLab 1.x venv (where mmcv-full 1.x is not installed
-only the adapter choice is tested)::
+rank 1 the odd ones. The codebase-shaped plugin's config with ``data.shuffler_sampler``
+(``projects/configs/plugin_tiny_retinanet_branch_samplers.py``) is read through the plugin's
+own ``build_dataloader`` and sampler (``projects/mmdet3d_plugin/datasets/``), which orders
+the images by the seed. Run in the OpenMMLab 1.x venv (where mmcv-full 1.x is not installed
+only the adapter choice and the import line are tested)::
 
     PYTHONPATH=<repo> .venvs/openmmlab1/bin/python -m pytest -q \
         tests/openmmlab1/test_check_openmmlab1.py
@@ -12,14 +15,16 @@ only the adapter choice is tested)::
 import json
 import os
 import os.path as osp
+import re
 import subprocess
 import sys
 
 import pytest
 
 from mmdet3d_ddp_guard.__main__ import main
-from mmdet3d_ddp_guard.cli.check import (MMCV1, MMENGINE, config_file_keys, config_framework,
-                                         framework_of_config, written_for)
+from mmdet3d_ddp_guard.cli.check import (IMPORT_LINE, MMCV1, MMENGINE, config_file_keys,
+                                         config_framework, framework_of_config, import_line,
+                                         load_config, written_for)
 from mmdet3d_ddp_guard.cli.launch import free_port, kill_process_tree
 from mmdet3d_ddp_guard.core.frameworks import installed_frameworks
 from tests.openmmlab1.tiny_coco import make_tiny_coco
@@ -31,8 +36,13 @@ REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIG = osp.join(REPO, 'tests/openmmlab1/configs/tiny_retinanet_branch.py')
 PLAIN_CONFIG = osp.join(REPO,
                         'tests/openmmlab1/projects/configs/plugin_tiny_retinanet_branch_plain.py')
+SAMPLERS_CONFIG = osp.join(
+    REPO, 'tests/openmmlab1/projects/configs/plugin_tiny_retinanet_branch_samplers.py')
 TRAIN = osp.join(REPO, 'tests/openmmlab1/projects/train.py')
-ADVICE = "custom_imports = dict(imports=['mmdet3d_ddp_guard'], allow_failed_imports=False)"
+PLUGIN = 'tests.openmmlab1.projects.mmdet3d_plugin'
+# Both configs import the tiny detector: the advice keeps it in the list.
+ADVICE = ("custom_imports = dict(imports=['tests.openmmlab1.branch_detector', "
+          "'mmdet3d_ddp_guard'], allow_failed_imports=False)")
 
 
 @pytest.fixture
@@ -55,11 +65,11 @@ def coco_env(coco_root, monkeypatch):
     return coco_root
 
 
-def _check(tmp_path, capsys, *options):
+def _check(tmp_path, capsys, *options, config=CONFIG):
     """Runs the check command in this process; returns (exit code, stdout, JSON prediction,
     summary JSON)."""
     prediction_path = str(tmp_path / 'prediction.json')
-    code = main(['check', CONFIG, '--work-dir', str(tmp_path / 'work'), '--json',
+    code = main(['check', config, '--work-dir', str(tmp_path / 'work'), '--json',
                  prediction_path, *options])
     out = capsys.readouterr().out
     with open(prediction_path) as f:
@@ -135,7 +145,8 @@ def test_two_ranks_fail_at_iteration_0_caused_by_rank_1(coco_env, refiner_params
     assert prediction['guarded_ddp']['outcome'] == 'ok'
     assert sorted(p['name'] for p in summary['parameters']) == sorted(refiner_params)
     assert png.stat().st_size > 0
-    # The 1.x advice: the one import line, not MMEngine's wrapper config.
+    # The 1.x advice: the one import line, added to the config's list, not MMEngine's
+    # wrapper config.
     assert f'Add to your config:\n    {ADVICE}\n' in out
     assert 'model_wrapper_cfg' not in out
 
@@ -205,3 +216,129 @@ def test_real_two_rank_plain_ddp_fails_where_predicted(coco_env, tmp_path, capsy
     assert '[branch] rank=1 call=0 ran=0' in out
     assert '[branch] rank=1 call=1 ' not in out
     assert '[branch] rank=0 call=0 ran=1' in out
+
+
+def test_the_import_line_adds_the_guard_to_the_configs_own_list():
+    assert import_line(None) == import_line({}) == IMPORT_LINE
+    assert import_line(dict(imports=['projects.mmdet3d_plugin'])) == (
+        "custom_imports = dict(imports=['projects.mmdet3d_plugin', 'mmdet3d_ddp_guard'], "
+        'allow_failed_imports=False)')
+    # One module name as a string, the user's allow_failed_imports, no second guard entry.
+    assert import_line(dict(imports='a.b', allow_failed_imports=True)) == (
+        "custom_imports = dict(imports=['a.b', 'mmdet3d_ddp_guard'], "
+        'allow_failed_imports=True)')
+    assert import_line(dict(imports=['mmdet3d_ddp_guard', 'a.b'])) == (
+        "custom_imports = dict(imports=['mmdet3d_ddp_guard', 'a.b'], "
+        'allow_failed_imports=False)')
+
+
+@needs_mmcv1
+def test_the_advised_line_pasted_at_the_end_keeps_the_configs_imports(tmp_path):
+    pasted = tmp_path / 'pasted.py'
+    pasted.write_text(f'_base_ = [{CONFIG!r}]\n'
+                      f"{import_line(load_config(CONFIG, MMCV1).custom_imports)}\n")
+    # What IMPORT_LINE alone would do: replace the list, the detector's import lost.
+    alone = tmp_path / 'alone.py'
+    alone.write_text(f'_base_ = [{CONFIG!r}]\n{IMPORT_LINE}\n')
+    assert load_config(str(alone), MMCV1).custom_imports.imports == ['mmdet3d_ddp_guard']
+    assert load_config(str(pasted), MMCV1).custom_imports == dict(
+        imports=['tests.openmmlab1.branch_detector', 'mmdet3d_ddp_guard'],
+        allow_failed_imports=False)
+
+
+@needs_mmcv1
+def test_the_plugins_own_build_dataloader_is_found_and_called_as_the_codebases_call_it():
+    from mmcv import Config
+
+    from mmdet3d_ddp_guard.core.simulated_ranks import SimulationError
+    from mmdet3d_ddp_guard.openmmlab1.rank_simulation import (codebase_build_dataloader,
+                                                              codebase_loader_args)
+    build = codebase_build_dataloader(PLUGIN)
+    assert build.__module__ == f'{PLUGIN}.datasets.builder'
+    # No plugin, or a plugin package without datasets: mmdet's builder.
+    assert codebase_build_dataloader(None) is None
+    assert codebase_build_dataloader('tests.openmmlab1.projects') is None
+
+    cfg = load_config(SAMPLERS_CONFIG, MMCV1)
+    # BEVFormer's and UniAD's call: no shuffle, no runner_type, the sampler keys of cfg.data.
+    assert codebase_loader_args(cfg, 7, build) == dict(
+        samples_per_gpu=1, seed=7, shuffler_sampler=dict(type='DistributedGroupSampler'),
+        nonshuffler_sampler=dict(type='DistributedSampler'))
+
+    def streampetr_build_dataloader(dataset, samples_per_gpu, workers_per_gpu, num_gpus=1,
+                                    dist=True, shuffle=True, seed=None, shuffler_sampler=None,
+                                    nonshuffler_sampler=None,
+                                    runner_type=dict(type='EpochBasedRunner'), **kwargs):
+        """StreamPETR's signature: its train module passes runner_type=cfg.runner."""
+    assert codebase_loader_args(cfg, 0, streampetr_build_dataloader)['runner_type'] == \
+        dict(type='IterBasedRunner', max_iters=4)
+    with pytest.raises(SimulationError, match='no data.samples_per_gpu'):
+        codebase_loader_args(Config(dict(data=dict(train={}))), 0, build)
+
+
+def _samples_per_rank(out, world_size):
+    """The image indices each simulated rank trained on, in order, from the detector's
+    ``[branch]`` lines (the simulation runs the ranks of an iteration in rank order)."""
+    calls = [[int(name.split('.')[0]) for name in files.split(',')]
+             for files in re.findall(r'^\[branch\] .* files=(\S+)$', out, re.M)]
+    return [sum(calls[rank::world_size], []) for rank in range(world_size)]
+
+
+def _sampler_order(sampler_class, dataset, seed, world_size=2):
+    """Epoch 0 of ``sampler_class`` (batches of 1) for every rank."""
+    return [list(sampler_class(dataset, samples_per_gpu=1, num_replicas=world_size,
+                               rank=rank, seed=seed)) for rank in range(world_size)]
+
+
+@pytest.fixture
+def samplers_dataset(coco_env):
+    """The samplers config's training dataset, and its per-rank orders under the plugin's
+    DistributedGroupSampler (``plugin(seed)``) and mmdet's (``mmdet(seed)``)."""
+    from mmdet.datasets import build_dataset
+    from mmdet.datasets.samplers import DistributedGroupSampler as MMDetGroupSampler
+
+    from tests.openmmlab1.projects.mmdet3d_plugin.datasets.samplers import \
+        DistributedGroupSampler
+    dataset = build_dataset(load_config(SAMPLERS_CONFIG, MMCV1).data.train)
+    return (lambda seed: _sampler_order(DistributedGroupSampler, dataset, seed),
+            lambda seed: _sampler_order(MMDetGroupSampler, dataset, seed))
+
+
+@needs_mmcv1
+@pytest.mark.timeout(120)
+def test_the_codebases_builder_and_sampler_order_the_ranks_data_by_seed_0(
+        samplers_dataset, tmp_path, capsys):
+    plugin, mmdet = samplers_dataset
+    # 4 iterations of batch 1 on 2 ranks: one epoch of the 8 images.
+    code, out, prediction, _ = _check(tmp_path, capsys, '--world-size', '2',
+                                      config=SAMPLERS_CONFIG)
+    assert code == 1
+    # The plugin's sampler with the codebases' --seed default; neither mmdet's group sampler
+    # nor the unshuffled shards of the config's data.train_dataloader (mmdet's key).
+    assert _samples_per_rank(out, 2) == plugin(0)
+    assert plugin(0) != mmdet(0) and plugin(0) != [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert (prediction['seed'], prediction['seed_from_config']) == (0, False)
+    assert 'simulated with seed 0, the --seed default of tools/train.py in BEVFormer' in out
+    # The advice and the summary's setting keep the config's own custom_imports.
+    assert f'Add to your config:\n    {ADVICE}\n' in out
+    assert f'Setting that fits: {ADVICE}' in out
+
+
+@needs_mmcv1
+@pytest.mark.timeout(120)
+def test_seed_orders_the_codebases_sampler_over_the_configs_seed(samplers_dataset, tmp_path,
+                                                                 capsys):
+    plugin, _ = samplers_dataset
+    # Seed 3's order is neither the default's nor the config's seed 5's.
+    assert plugin(3) != plugin(0) and plugin(3) != plugin(5)
+    # As the codebases' tools/train.py: cfg.seed = args.seed, whatever the config says.
+    code, out, prediction, _ = _check(tmp_path, capsys, '--world-size', '2', '--seed', '3',
+                                      '--cfg-options', 'seed=5', config=SAMPLERS_CONFIG)
+    assert _samples_per_rank(out, 2) == plugin(3)
+    assert (prediction['seed'], prediction['seed_from_config']) == (3, True)
+    assert 'simulated with seed' not in out
+
+
+def test_a_seed_out_of_numpys_range_is_bad_usage(capsys):
+    assert main(['check', CONFIG, '--seed', '-1']) == 2
+    assert '--seed must be an integer from 0 to 2**32 - 1' in capsys.readouterr().out
