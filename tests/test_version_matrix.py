@@ -5,8 +5,11 @@ import re
 import subprocess
 import time
 
+from tests import ci_budget
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CI_LEGS = ['openmmlab1', 'torch1.9', 'torch1.12', 'torch2.14', 'torch1.13', 'torch2.1']
+# openmmlab1 runs first, with --ci-first, and is never left out (the suite gives way).
+CI_LEGS = ['torch1.9', 'torch1.12', 'torch2.14', 'torch1.13', 'torch2.1']
 
 
 def test_ci_legs_past_the_deadline_are_left_out_loudly_in_priority_order():
@@ -22,3 +25,36 @@ def test_ci_legs_past_the_deadline_are_left_out_loudly_in_priority_order():
     assert left_out == CI_LEGS, run.stderr
     assert f'*** NOT RUN for lack of time: {" ".join(CI_LEGS)}' in run.stderr
     assert 'passed: none' in run.stderr
+
+
+def test_the_openmmlab1_leg_runs_before_the_suite_and_never_past_a_deadline():
+    with open(os.path.join(REPO, 'Makefile')) as makefile:
+        recipe = makefile.read().split('\ntest: venv\n')[1].split('\n\n')[0].split('\n')
+    assert [line.strip() for line in recipe] == [
+        'bash tools/version_matrix.sh --ci-first',
+        '$(PY) -m pytest tests -p no:cacheprovider -q --durations=25',
+        'bash tools/version_matrix.sh --ci']
+    with open(os.path.join(REPO, 'tools', 'version_matrix.sh')) as script:
+        legs = re.findall(r'^  "(\w[\w.]*)\|[^"]*\|(first|yes|no)\|\d+\|\d+"$', script.read(),
+                          re.MULTILINE)
+    assert [name for name, ci in legs if ci == 'first'] == ['openmmlab1']
+    assert [name for name, ci in legs if ci == 'yes'] == CI_LEGS
+
+
+def test_the_suite_s_slowest_tests_give_way_in_order_until_it_fits(monkeypatch):
+    monkeypatch.setattr(ci_budget, 'SUITE_SECONDS', 600)
+    monkeypatch.setattr(ci_budget, 'GIVE_WAY', (('a', 200), ('b', 100), ('c', 50)))
+    collected = ['a', 'b', 'c', 'd']
+    assert ci_budget.tests_that_give_way(float('inf'), 3.0, collected) == []
+    assert ci_budget.tests_that_give_way(1800, 3.0, collected) == []
+    assert ci_budget.tests_that_give_way(1500, 3.0, collected) == ['a']
+    assert ci_budget.tests_that_give_way(1000, 3.0, collected) == ['a', 'b']
+    assert ci_budget.tests_that_give_way(1500, 3.0, ['b', 'c']) == ['b']
+
+
+def test_every_test_that_gives_way_exists():
+    for node_id, seconds in ci_budget.GIVE_WAY:
+        path, name = node_id.split('::')
+        with open(os.path.join(REPO, path)) as test_file:
+            assert f'def {name.split("[")[0]}(' in test_file.read(), node_id
+        assert seconds > 0

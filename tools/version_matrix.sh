@@ -18,20 +18,24 @@
 # `pip install .`, dependencies included, which must leave torch exactly as it was; then the
 # leg's "documented fix", if any: what the README's install section tells such a user to run.
 #
-# Usage: tools/version_matrix.sh [--ci] [LEG ...]
+# Usage: tools/version_matrix.sh [--ci | --ci-first] [LEG ...]
 #   default: every leg; LEG as named below.
-#   --ci: the legs marked for CI, in the order below (their priority). With
+#   --ci-first: the legs CI never leaves out (marked first: openmmlab1, the only test of a
+#     whole adapter), whatever the deadline; `make test` runs them before the suite, whose
+#     slowest tests give way instead when time is short (tests/ci_budget.py).
+#   --ci: the other legs marked for CI, in the order below (their priority). With
 #     DDP_GUARD_CI_DEADLINE (seconds since the epoch; .ci/run sets it), a leg whose
 #     estimated time, at this machine's measured speed, would not end before the deadline is
 #     left out, and said so loudly; the others still run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# name | Python | what the user has installed before us | documented fix | CI | minutes to
-# build the venv, then to run its tests, on a quiet 2-core machine (measured 2026-12-01;
-# docs/compatibility.md). In priority order: CI runs the legs marked yes, in this order.
+# name | Python | what the user has installed before us | documented fix | CI (first: always,
+# before the suite; yes: after it, under the deadline) | minutes to build the venv, then to
+# run its tests, on a quiet 2-core machine (measured 2026-12-01; docs/compatibility.md). In
+# priority order: CI runs the legs marked yes, in this order.
 LEGS=(
-  "openmmlab1|3.8|torch==1.12.1 numpy<1.24 setuptools<70 wheel ninja pillow<10 requests||yes|6|6"
+  "openmmlab1|3.8|torch==1.12.1 numpy<1.24 setuptools<70 wheel ninja pillow<10 requests||first|6|6"
   "torch1.9|3.8|torch==1.9.1 mmengine==0.8.5 numpy<1.25 setuptools<70 vermin==1.9.2||yes|3|3"
   "torch1.12|3.8|torch==1.12.1 mmengine==0.8.5 numpy<1.25 setuptools<70||yes|3|3"
   "torch2.14|3.11|torch==2.14.1 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|5"
@@ -156,8 +160,8 @@ check_python38() {
 }
 
 ci=no
-if [ "${1:-}" = --ci ]; then
-  ci=yes
+if [ "${1:-}" = --ci ] || [ "${1:-}" = --ci-first ]; then
+  ci=$([ "$1" = --ci ] && echo yes || echo first)
   shift
 fi
 selected=("$@")
@@ -177,8 +181,8 @@ left_out=()
 for leg in "${LEGS[@]}"; do
   IFS='|' read -r name python_version stack fix in_ci build_minutes test_minutes <<<"$leg"
   if [ ${#selected[@]} -gt 0 ] && [[ ! " ${selected[*]} " =~ " $name " ]]; then continue; fi
-  if [ "$ci" = yes ] && [ "$in_ci" != yes ]; then continue; fi
-  if [ -n "$deadline" ]; then
+  if [ "$ci" != no ] && [ "$in_ci" != "$ci" ]; then continue; fi
+  if [ -n "$deadline" ] && [ "$ci" != first ]; then
     minutes=$test_minutes
     if ! leg_is_built "$name" "$python_version" "$stack" "$fix"; then
       minutes=$((build_minutes + test_minutes))
