@@ -32,7 +32,7 @@ BOUND = 2 * (2 * 2.0 + 1.0)
 
 def _diagnosis(output: str) -> str:
     """The stall guard's message, without the logger's prefix."""
-    start = output.index('GuardedDDP stall guard: no rank has moved')
+    start = output.index('mmdet3d_ddp_guard stall guard: no rank has moved')
     end = output.index('Every rank ends the run now.', start)
     return output[start:end]
 
@@ -175,7 +175,7 @@ def test_waiting_for_one_slow_rank_is_not_a_hang(request, monkeypatch, backend, 
         [r.output[-3000:] for r in ranks]
     out = '\n'.join(rank.output for rank in ranks)
     assert 'Every rank ends the run' not in out
-    assert 'GuardedDDP stall guard: no rank has moved for 3 s.' in out
+    assert 'mmdet3d_ddp_guard stall guard: no rank has moved for 3 s.' in out
     if nonblocking:
         assert 'a possible hang, left to the process group\'s own timeout' in out
 
@@ -206,11 +206,11 @@ def test_tools_train_py_under_torchrun_ends_a_sync_bn_hang(tmp_path):
     assert run.returncode != 0 and not run.timed_out, run.output[-3000:]
     summary = run.output[run.output.index('ChildFailedError'):]
     entries = re.split(r'\n\[\d\]:\n', summary)[1:]
-    print(run.output[run.output.index('GuardedDDP stall guard: no rank'):][:3000])
+    print(run.output[run.output.index('mmdet3d_ddp_guard stall guard: no rank'):][:3000])
     assert sorted(re.search(r'rank +: (\d)', entry).group(1) for entry in entries) == \
         ['0', '1', '2', '3']
     for entry in entries:
-        assert 'traceback : GuardedDDP stall guard: no rank has moved for 5 s.' in entry
+        assert 'traceback : mmdet3d_ddp_guard stall guard: no rank has moved for 5 s.' in entry
         assert "rank 0: DDP's gradient bucket 0 of iteration 0" in entry
         assert 'ranks 1, 2 and 3: all_gather in refiner.1 (NaiveSyncBatchNorm1d).forward' \
             in entry

@@ -184,7 +184,7 @@ def diagnose(positions: Dict[int, Optional[dict]], stalled_for: float,
                      if p['error'] is None and _waits_in_communication(p))
     busy = sorted(rank for rank, p in answered.items()
                   if p['error'] is None and rank not in waiting)
-    header = f'GuardedDDP stall guard: no rank has moved for {stalled_for:g} s.'
+    header = f'mmdet3d_ddp_guard stall guard: no rank has moved for {stalled_for:g} s.'
     lines = ['Where each rank is:'] + [f'  rank {rank}: {_place(positions[rank])}'
                                        for rank in sorted(positions)]
     causes = []

@@ -183,7 +183,7 @@ class StallWatchdog:
         try:
             self._judge_stall()
         except Exception as error:  # noqa: B902 - a broken store must not kill training
-            self._log(f'GuardedDDP stall guard: cannot compare positions through the '
+            self._log(f'mmdet3d_ddp_guard stall guard: cannot compare positions through the '
                       f'store ({type(error).__name__}: {error}); it looks again later.', True)
         self._backoff = min(2 * self._backoff, MAX_BACKOFF)
         self._judge_at = time.monotonic() + self._backoff
@@ -230,7 +230,7 @@ class StallWatchdog:
         try:
             self._publish(self.position.snapshot())
         except Exception as store_error:  # noqa: B902 - the user's error comes first
-            self._log(f'GuardedDDP stall guard: could not tell the other ranks of this '
+            self._log(f'mmdet3d_ddp_guard stall guard: could not tell the other ranks of this '
                       f"rank's error ({type(store_error).__name__}: {store_error}).", True)
 
     # -- the store --------------------------------------------------------------------------
@@ -319,7 +319,7 @@ class StallWatchdog:
             try:
                 callback()
             except Exception as error:  # noqa: B902 - the exit must happen
-                self._log(f'GuardedDDP stall guard: an exit callback failed: '
+                self._log(f'mmdet3d_ddp_guard stall guard: an exit callback failed: '
                           f'{type(error).__name__}: {error}', True)
         _write_torchelastic_error_file(text)
         try:
