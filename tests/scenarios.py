@@ -74,6 +74,19 @@ def build_optim_wrapper(model, optimizer: str, accumulative_counts: int = 1,
     return wrapper
 
 
+def wrap_toy(model, wrapper: str, wrapper_kwargs: Dict = None):
+    """``model`` under ``wrapper``: 'guarded' (GuardedDDP), 'ddp_find_unused' (DDP's graph
+    search) or 'ddp_plain' (DDP's fast path)."""
+    kwargs = dict(wrapper_kwargs or {})
+    if wrapper == 'guarded':
+        return GuardedDDP(model, **kwargs)
+    if wrapper == 'ddp_find_unused':
+        return MMDistributedDataParallel(model, find_unused_parameters=True, **kwargs)
+    if wrapper == 'ddp_plain':
+        return MMDistributedDataParallel(model, find_unused_parameters=False, **kwargs)
+    raise ValueError(wrapper)
+
+
 def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer: str,
               steps: int = 6, accumulative_counts: int = 1, amp: bool = False,
               wrapper_kwargs: Dict = None, dtype: torch.dtype = torch.float32,
@@ -83,15 +96,7 @@ def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer:
     torch.manual_seed(0)
     device = torch.device('cuda', 0) if torch.cuda.is_available() else torch.device('cpu')
     model = ToyDetector(pattern, **(model_kwargs or {})).to(device, dtype)
-    kwargs = dict(wrapper_kwargs or {})
-    if wrapper == 'guarded':
-        ddp = GuardedDDP(model, **kwargs)
-    elif wrapper == 'ddp_find_unused':
-        ddp = MMDistributedDataParallel(model, find_unused_parameters=True, **kwargs)
-    elif wrapper == 'ddp_plain':
-        ddp = MMDistributedDataParallel(model, find_unused_parameters=False, **kwargs)
-    else:
-        raise ValueError(wrapper)
+    ddp = wrap_toy(model, wrapper, wrapper_kwargs)
     optim_wrapper = build_optim_wrapper(ddp, optimizer, accumulative_counts, amp)
     usage = []
     if wrapper == 'guarded':
@@ -371,3 +376,92 @@ def settle_without_host_sync(rank: int, world_size: int, pattern: str, steps: in
         batch = {k: v.to(device) for k, v in make_toy_batch(iteration, rank).items()}
         ddp.train_step(batch, optim_wrapper)
     return steps
+
+
+class _ReducedGradientsOptimWrapper(OptimWrapper):
+    """Keeps every parameter's reduced gradient at each step, flat (NaN where a parameter
+    has none), and never moves a parameter, so that runs under different wrappers reduce
+    gradients of the same parameters and differ only in how they reduce them.
+
+    ``loss_factor`` scales this rank's loss (0: its gradients are exact zeros, so that the
+    all-reduce adds zeros to one rank's contribution and no summation order can round).
+    ``set_to_none``: how ``zero_grad`` clears the gradients between iterations.
+    """
+
+    def __init__(self, model, loss_factor: float, set_to_none: bool):
+        super().__init__(torch.optim.SGD(model.parameters(), lr=0.0))
+        self._params = list(model.parameters())
+        self.loss_factor = loss_factor
+        self.set_to_none = set_to_none
+        self.grads = []
+
+    def scale_loss(self, loss):
+        return super().scale_loss(loss) * self.loss_factor
+
+    def step(self, **kwargs):
+        self.grads.append(torch.cat([
+            (p.grad.detach() if p.grad is not None else torch.full_like(p, float('nan')))
+            .reshape(-1) for p in self._params]))
+
+    def zero_grad(self, **kwargs):
+        self.optimizer.zero_grad(set_to_none=self.set_to_none)
+
+
+def _last_bucket_elements(ddp, model):
+    """Which elements of the flat gradient lie in DDP's last bucket after its rebuild (the
+    one that carries the counts under GuardedDDP); None where DDP's logging data does not
+    say (torch 1.9; 1.12 on says)."""
+    indices = ddp._get_ddp_logging_data().get('rebuilt_per_bucket_param_indices')
+    if not indices:
+        return None
+    last = {int(i) for i in indices.split(',')[-1].split()}
+    return torch.cat([torch.full((p.numel(), ), i in last)
+                      for i, p in enumerate(model.parameters())])
+
+
+def _local_gradients(rank: int, world_size: int, pattern: str, steps: int) -> List:
+    """Per iteration, every rank's own gradient (before any reduction) of ToyDetector at its
+    initial parameters, flat, zeros where the rank left a parameter unused: shape
+    (world_size, parameters' elements)."""
+    torch.manual_seed(0)
+    model = ToyDetector(pattern)
+    gathered_per_iteration = []
+    for iteration in range(steps):
+        model.zero_grad(set_to_none=True)
+        # The patterns follow the model's count of forwards.
+        model.forward_count = iteration
+        data = model.data_preprocessor(make_toy_batch(iteration, rank), training=True)
+        loss, _ = model.parse_losses(model._run_forward(data, mode='loss'))
+        loss.backward()
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                          for p in model.parameters()])
+        gathered = [torch.empty_like(flat) for _ in range(world_size)]
+        dist.all_gather(gathered, flat)
+        gathered_per_iteration.append(torch.stack(gathered))
+    return gathered_per_iteration
+
+
+def reduced_gradients(rank: int, world_size: int, runs: Dict[str, Dict],
+                      steps: int = 3) -> Dict:
+    """ToyDetector on the CPU under each of ``runs`` (label -> ``wrapper`` for
+    :func:`wrap_toy`, and optionally ``pattern`` (default 'none'), ``wrapper_kwargs``,
+    ``only_rank_0_contributes``, ``set_to_none`` (default True)), ``steps`` iterations at the
+    initial parameters. Per run: the flat reduced gradients of each iteration and which of
+    their elements lie in DDP's last bucket; under 'local', per pattern, every rank's own
+    gradients (:func:`_local_gradients`)."""
+    results = {}
+    for label, run in runs.items():
+        torch.manual_seed(0)
+        model = ToyDetector(run.get('pattern', 'none'))
+        ddp = wrap_toy(model, run['wrapper'], run.get('wrapper_kwargs'))
+        optim_wrapper = _ReducedGradientsOptimWrapper(
+            model, 0.0 if run.get('only_rank_0_contributes') and rank else 1.0,
+            run.get('set_to_none', True))
+        for iteration in range(steps):
+            ddp.train_step(make_toy_batch(iteration, rank), optim_wrapper)
+        results[label] = dict(grads=optim_wrapper.grads,
+                              last_bucket=_last_bucket_elements(ddp, model))
+    results['local'] = {pattern: _local_gradients(rank, world_size, pattern, steps)
+                        for pattern in sorted({run.get('pattern', 'none')
+                                               for run in runs.values()})}
+    return results

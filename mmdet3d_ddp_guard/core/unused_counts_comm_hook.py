@@ -20,7 +20,33 @@ to 2**24 ranks; float16 up to 2048; bfloat16 up to 256). Past that, the counts t
 separate float32 all-reduce issued beside the bucket's (one extra collective per
 iteration, only for such configurations).
 
-Buckets are averaged exactly as DDP's default ``allreduce_hook`` does (divide, then sum).
+Buckets are averaged as DDP's reducer averages them without a comm hook: every gradient
+multiplied by ``1 / world_size`` (``at::mul_out(bucket_view, grad, 1. / div_factor_)`` in
+``Reducer::mark_variable_ready_dense``), then summed. ``x / 3`` and ``x * (1 / 3)`` differ
+in the last bit for some ``x``: dividing, as torch's ``allreduce_hook`` does, rounds apart
+from DDP at 3 ranks (``tests/test_three_rank_rounding.py`` holds the hook to DDP's
+multiplication bit for bit, on torch 1.9.1 to 2.14.1). Two DDP configurations divide
+instead, and there the averages may differ from plain DDP's in that last bit where
+``1 / world_size`` is inexact: ``gradient_as_bucket_view=True`` with gradients zeroed in
+place (not set to None) between iterations, where DDP divides each gradient that already
+is its bucket's view (``bucket_view.div_(div_factor_)``; the hook receives the bucket after
+DDP made every gradient its view, so it cannot tell which were), and torch 2.13's
+``batched_grad_copy=True``, which divides the flat bucket.
+
+The counts lengthen the last bucket's all-reduce, and a collective's summation order may
+depend on its length: gloo's ring all-reduce splits a tensor into one chunk per rank and
+adds each chunk's addends starting at another rank, so an element of the last bucket near a
+chunk boundary may move to the next chunk and be summed in another order. At 2 ranks that
+changes nothing (two addends have one sum); at 3 and more, such elements of the last bucket
+may differ from plain DDP's by the rounding of a reordered sum, every other bucket staying
+bit for bit DDP's. Measured at 3 gloo ranks (``tests/test_three_rank_rounding.py``, a toy
+of 773 gradient elements, 6 iterations): 12 (torch 1.9.1) and 22 (2.13) of the 4638 reduced
+elements differ, by at most 1.5e-8 absolute and 1.94 units of ``u * sum_r |g_r / W|``;
+DDP's own fast path and graph search differ in 894 and 933 of them, by up to 2.6 and 3.0
+units (a reordered sum of 3 addends: at most 4). NCCL was not measured; its algorithms
+depend on the length too. Keeping the gradients' chunks would take a layout computed from
+the backend's algorithm (gloo's segment sizes, NCCL's channels and protocols), or a
+collective of its own.
 """
 from typing import Callable, Dict, Optional, Tuple
 
@@ -94,7 +120,7 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
     listener = state.bucket_listener
     if not is_last_bucket(bucket):
         listener(state.process_group, bucket_index(bucket), buffer.numel())
-        buffer.div_(world_size)
+        buffer.mul_(1.0 / world_size)
         return _all_reduce(buffer, group=group, async_op=True).get_future().then(
             lambda fut: hook_result(fut.value()[0]))
     dtype = buffer.dtype if counts_fit(buffer.dtype, world_size) else torch.float32
@@ -102,10 +128,10 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
     if dtype != buffer.dtype:
         listener(state.process_group, bucket_index(bucket), buffer.numel())
         listener(state.process_group, bucket_index(bucket), payload.numel())
-        reduced_buffer = _all_reduce(buffer.div_(world_size), group=group,
-                                         async_op=True).get_future()
+        reduced_buffer = _all_reduce(buffer.mul_(1.0 / world_size), group=group,
+                                     async_op=True).get_future()
         reduced_counts = _all_reduce(payload.clone(), group=group,
-                                         async_op=True).get_future()
+                                     async_op=True).get_future()
 
         def keep_counts(fut):
             state.counts = fut.value()[1].value()[0]
@@ -113,7 +139,7 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
 
         return torch.futures.collect_all([reduced_buffer, reduced_counts]).then(keep_counts)
     listener(state.process_group, bucket_index(bucket), buffer.numel() + payload.numel())
-    combined = torch.cat([buffer.div(world_size), payload])
+    combined = torch.cat([buffer.mul(1.0 / world_size), payload])
 
     def split(fut):
         reduced = fut.value()[0]

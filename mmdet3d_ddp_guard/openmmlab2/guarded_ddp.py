@@ -59,12 +59,16 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
       so the optimizer skips them (no momentum, no weight decay), exactly as under
       ``find_unused_parameters=True`` or on one GPU. Parameters used on some ranks get the
       cross-rank mean with zeros for the ranks that did not use them, as under
-      ``find_unused_parameters=True``. Training is the same as with DDP's graph search
-      (bit-identical in the tests for SGD with momentum and AdamW, undefined gradients
-      included). The per-rank detail for the reports is read after the optimizer step,
-      where MMEngine synchronises anyway for the log line; a collective of ours (one
-      ``all_gather`` of a byte per parameter) follows only in iterations where some
-      parameter was unused on some ranks but not all, to learn which ranks.
+      ``find_unused_parameters=True``. Training is the same as with DDP's graph search:
+      bit-identical on 2 ranks in the tests for SGD with momentum and AdamW, undefined
+      gradients included; on 3 ranks and more, up to the rounding of sums taken in another
+      order, as DDP's fast path and graph search differ from each other (the counts
+      lengthen the last bucket, which moves some of its elements to another chunk of the
+      ring all-reduce; docs/how_it_works.md). The per-rank detail for the reports is
+      read after the optimizer step, where MMEngine synchronises anyway for the log line;
+      a collective of ours (one ``all_gather`` of a byte per parameter) follows only in
+      iterations where some parameter was unused on some ranks but not all, to learn
+      which ranks.
       Cost with nothing unused: one hook call per parameter per backward and ``P`` extra
       elements (a few KB) in the last bucket's all-reduce; no host sync, no collective.
       With parameters unused on every rank (mmdet3d's SMOKE leaves six so every iteration):
