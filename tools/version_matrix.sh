@@ -35,7 +35,7 @@ cd "$(dirname "$0")/.."
 # run its tests, on a quiet 2-core machine (measured 2026-12-01; docs/compatibility.md). In
 # priority order: CI runs the legs marked yes, in this order.
 LEGS=(
-  "openmmlab1|3.8|torch==1.12.1 numpy<1.24 setuptools<70 wheel ninja pillow<10 requests||first|6|6"
+  "openmmlab1|3.8|torch==1.12.1 numpy<1.24 setuptools<70 wheel ninja pillow<10 requests||first|7|7"
   "torch1.9|3.8|torch==1.9.1 mmengine==0.8.5 numpy<1.25 setuptools<70 vermin==1.9.2||yes|3|3"
   "torch1.12|3.8|torch==1.12.1 mmengine==0.8.5 numpy<1.25 setuptools<70||yes|3|3"
   "torch2.14|3.11|torch==2.14.1 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|5"
@@ -114,6 +114,17 @@ build_openmmlab1() {
   $pip install -q mmdet==2.28.2
 }
 
+# mmdet3d 0.x without its CUDA ops (tools/mmdet3d_0x.sh: for its own train path's tests, not a
+# user's install), into the openmmlab1 venv; again whenever that script changes.
+add_mmdet3d_0x() {
+  local venv=$1 stamp
+  stamp=$(sha256sum tools/mmdet3d_0x.sh | cut -c1-16)
+  if [ "$(cat "$venv/.mmdet3d_0x" 2>/dev/null)" = "$stamp" ]; then return; fi
+  say "openmmlab1: mmdet3d 0.17.1 without its CUDA ops (about 1 min)"
+  bash tools/mmdet3d_0x.sh "$venv"
+  echo "$stamp" >"$venv/.mmdet3d_0x"
+}
+
 make_leg_venv() {
   local name=$1 python_version=$2 stack=$3 fix=$4
   local venv=".venvs/$name"
@@ -125,6 +136,7 @@ make_leg_venv() {
   if leg_is_built "$name" "$python_version" "$stack" "$fix"; then
     # The package itself is reinstalled every run: it is what is under test.
     $pip install -q --no-deps --force-reinstall .
+    if [ "$name" = openmmlab1 ]; then add_mmdet3d_0x "$venv"; fi
     return
   fi
   local python
@@ -134,7 +146,7 @@ make_leg_venv() {
   "$python" -m venv "$(readlink -f "$venv")"
   # shellcheck disable=SC2086  # the stack is a list of requirement words
   $pip install -q $stack pytest pytest-timeout
-  if [ "$name" = openmmlab1 ]; then build_openmmlab1 "$venv"; fi
+  if [ "$name" = openmmlab1 ]; then build_openmmlab1 "$venv" && add_mmdet3d_0x "$venv"; fi
   local before after
   before=$("$venv/bin/python" -c 'import torch; print(torch.__version__)')
   say "$name: pip install . (a regular install, dependencies included) beside torch $before"

@@ -194,7 +194,10 @@ def short_path(path: str) -> str:
 
 def _method_codes(model: nn.Module) -> frozenset:
     """The code objects of every function the classes of ``model``'s submodules define
-    (nn.Module's own excluded), to recognise a submodule's frame without reading locals."""
+    (nn.Module's own excluded), to recognise a submodule's frame without reading locals;
+    through decorators too (mmcv's ``force_fp32``/``auto_fp16`` wrap many forwards of
+    mmdet3d 0.x and the BEV codebases: the wrapper's frame has no ``self``, the function it
+    wraps does)."""
     codes = set()
     for cls in {type(module) for module in model.modules()}:
         for klass in cls.__mro__:
@@ -202,9 +205,11 @@ def _method_codes(model: nn.Module) -> frozenset:
                 continue
             for value in vars(klass).values():
                 function = getattr(value, '__func__', value)
-                code = getattr(function, '__code__', None)
-                if code is not None:
-                    codes.add(code)
+                while function is not None:
+                    code = getattr(function, '__code__', None)
+                    if code is not None:
+                        codes.add(code)
+                    function = getattr(function, '__wrapped__', None)
     return frozenset(codes)
 
 
