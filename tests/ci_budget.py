@@ -12,12 +12,35 @@ import os
 import time
 from typing import List, Sequence, Tuple
 
-#: The whole suite on a quiet 2-core machine, in seconds (the last lines of ``make test``'s
-#: ``--durations`` and its total; measured 2026-12-02, docs/compatibility.md).
-SUITE_SECONDS = 660
+#: The whole suite on a quiet 2-core machine, in seconds (``make test``'s pytest total from a
+#: clean clone, measured 2026-12-02 at 1.05x a quiet core: 257 tests in 19 min 30 s).
+SUITE_SECONDS = 1170
 
-#: (node id, seconds on a quiet machine), slowest first, from the same measurement.
-GIVE_WAY: Sequence[Tuple[str, float]] = ()
+#: (node id, seconds of its call in the same run's ``--durations``), slowest first; each
+#: claim stays held elsewhere in the suite or in the openmmlab1 leg, as the comments say.
+GIVE_WAY: Sequence[Tuple[str, float]] = (
+    # Reentrant checkpointing: the toy's test here, ResNet's with_cp in the openmmlab1 leg.
+    ('tests/test_compat_checkpointing.py::test_mmdet_with_cp_backbone_trains_under_guarded_ddp',
+     63.1),
+    # SMOKE on KITTI: tests/test_zoo_rows.py's mono KITTI row trains it too.
+    ('tests/test_mmdet3d_kitti.py::test_smoke_trains_under_guarded_ddp', 56.2),
+    # The graph search dying of with_cp: the openmmlab1 leg shows it on mmdet's ResNet.
+    ('tests/test_compat_checkpointing.py::test_mmdet_with_cp_backbone_kills_ddp_graph_search',
+     38.7),
+    # A crash with the stall guard on and off: its 2-rank case stays.
+    ('tests/test_stall_guard_costs.py::'
+     'test_a_crash_ends_as_fast_as_without_the_guard_with_its_traceback[4]', 38.5),
+    # Compiled models: tests/test_stall_guard_costs.py compiles one with the guard.
+    ('tests/test_compat_runners.py::test_runner_compile[inductor]', 35.6),
+    # gloo's clean exit: its MMEngine-built group's case stays.
+    ('tests/test_cpu_launch.py::test_gloo_ranks_that_ran_ddp_exit_cleanly[own_group]', 34.1),
+    # PointPillars: the zoo's Lyft and Waymo rows build and simulate it (check), and
+    # tests/test_mmdet3d_centerpoint.py trains a pillar detector on 2 ranks.
+    ('tests/test_mmdet3d_kitti.py::test_pointpillars_trains_under_guarded_ddp', 32.1),
+    # A slow rank is no hang: its 2-rank case stays.
+    ('tests/test_stall_guard.py::test_a_rank_slow_outside_collectives_is_not_a_hang[4_ranks]',
+     26.6),
+)
 
 
 def tests_that_give_way(seconds_left: float, slowdown: float,
