@@ -22,9 +22,8 @@ import os.path as osp
 import tempfile
 from typing import Any, Dict, Mapping, Optional
 
+from ..core.config_lines import LINES, MMCV1_LINES
 from ..core.ddp_outcome import HANGS, OK
-from ..core.decision_policy import GUARD_SETTINGS
-from ..core.decision_policy import MMCV1_GUARD_SETTING as IMPORT_LINE
 from ..core.forward_collectives import sync_norm_cfg_keys
 from ..core.frameworks import MMCV1, MMENGINE, installed_frameworks
 from ..core.simulated_ranks import SimulationError
@@ -185,7 +184,7 @@ def import_line(custom_imports: Optional[Mapping] = None) -> str:
         custom_imports (Mapping): The config's ``custom_imports``, or None.
     """
     if not custom_imports:
-        return IMPORT_LINE
+        return MMCV1_LINES.guard
     imports = custom_imports.get('imports') or []
     # mmcv's and MMEngine's import_modules_from_strings take one name as well as a list.
     imports = [imports] if isinstance(imports, str) else list(imports)
@@ -218,7 +217,7 @@ def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE,
     prediction.update(seed=simulation.seed, seed_from_config=simulation.seed_given)
     # Under mmcv 1.x the guard's setting is its import line, pasted over the config's own.
     guard = import_line(cfg.get('custom_imports')) if framework == MMCV1 \
-        else GUARD_SETTINGS[framework]
+        else LINES[framework].guard
     summary = summary_dict(record.table, record.statistics, world_size, guard)
     plain = prediction['plain_ddp']
     # The prediction sees forward collectives too: its verdict is the summary's.

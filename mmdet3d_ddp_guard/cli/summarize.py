@@ -13,7 +13,7 @@ import logging
 import os.path as osp
 import sys
 
-from ..core.decision_policy import GUARD_SETTINGS
+from ..core.config_lines import LINES
 from ..core.frameworks import MMCV1, MMENGINE, installed_frameworks
 from ..reporting.usage_history import (RecordedTable, history_path, missing_iterations,
                                        read_history, replay_statistics, table_path)
@@ -74,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
     # The files do not say which framework wrote them; the post-mortem runs where it trained.
     framework = MMENGINE if MMENGINE in installed_frameworks() else MMCV1
     summary = summary_dict(table, replay_statistics(len(table), lines), world_size,
-                           GUARD_SETTINGS[framework])
+                           LINES[framework].guard)
     try:
         paths = write_summary(args.work_dir, args.prefix, summary, table, lines,
                               plot=not args.no_plot)

@@ -10,7 +10,7 @@ from typing import List, Optional, Tuple, Union
 
 import torch
 
-from .config_lines import LINES, MMCV1_LINES, MMENGINE_LINES, ConfigLines
+from .config_lines import MMCV1_LINES, MMENGINE_LINES, ConfigLines
 from .ddp_outcome import FAILS, UNDEFINED_GRADIENTS_ONLY, outcome_line
 from .param_table import ParamTable
 from .usage_record import IterationUsage, UsageStatistics
@@ -265,7 +265,8 @@ class DecisionPolicy:
         previous = self.decision
         self.decision = Decision(previous.mode, previous.requested, previous.source,
                                  self._reason(situation, statistics, previous),
-                                 previous.lines, usage.iteration, evidence_lines(usage, statistics, table))
+                                 previous.lines, usage.iteration,
+                                 evidence_lines(usage, statistics, table))
         return self.decision
 
     @staticmethod
@@ -325,17 +326,12 @@ def evidence_lines(usage: IterationUsage, statistics: UsageStatistics,
     return lines
 
 
-#: The config line that puts the guard on a run, per framework: MMEngine's Runner builds the
-#: wrapper the config names; under mmcv 1.x the import alone guards its DDP.
-MMENGINE_GUARD_SETTING = MMENGINE_LINES.guard
-MMCV1_GUARD_SETTING = MMCV1_LINES.guard
-GUARD_SETTINGS = {framework: lines.guard for framework, lines in LINES.items()}
-
-
 def recommended_setting(statistics: UsageStatistics,
-                        guarded: str = MMENGINE_GUARD_SETTING) -> Tuple[str, str]:
+                        guarded: str = MMENGINE_LINES.guard) -> Tuple[str, str]:
     """The config line that fits a model with this usage, and why (for summaries and the
-    check command); ``guarded`` is the line that puts the guard on this framework's run."""
+    check command); ``guarded`` is the line that puts the guard on this framework's run
+    (``ConfigLines.guard``: MMEngine's Runner builds the wrapper the config names; under mmcv
+    1.x the import alone guards its DDP)."""
     if not statistics.iterations_with_unused:
         return guarded, ('no parameter went unused: plain DDP (find_unused_parameters=False) '
                          'would train this too; the guard costs next to nothing here and '

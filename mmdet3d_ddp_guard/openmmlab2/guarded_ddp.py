@@ -151,8 +151,9 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
             off (no thread, no record). Only a hang ends the run, so a slow phase costs one
             log line: the timeout sets how soon a hang is named, and how long a
             legitimately slow phase (your longest checkpoint save, validation or data
-            stall) runs before that line. Keep it well below the process group's timeout (MMEngine's default
-            is 30 minutes), so that the guard speaks first. Defaults to 180.
+            stall) runs before that line. Keep it well below the process group's timeout
+            (MMEngine's default is 30 minutes), so that the guard speaks first. Defaults to
+            180.
         **kwargs: Passed on to :class:`torch.nn.parallel.DistributedDataParallel`.
     """
 

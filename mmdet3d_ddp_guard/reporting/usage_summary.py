@@ -6,13 +6,14 @@ from collections import OrderedDict
 from typing import Dict, List, Optional
 
 from ..core.ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_line
-from ..core.decision_policy import MMENGINE_GUARD_SETTING, recommended_setting
+from ..core.config_lines import MMENGINE_LINES
+from ..core.decision_policy import recommended_setting
 from ..core.param_table import format_rows, owner_of
 from ..core.usage_record import UsageStatistics
 
 
 def summary_dict(table, statistics: UsageStatistics, world_size: int,
-                 guard_setting: str = MMENGINE_GUARD_SETTING) -> Dict:
+                 guard_setting: str = MMENGINE_LINES.guard) -> Dict:
     """The summary as a JSON-ready dict: counts, the verdict, and a row per parameter that was
     ever unused. ``table`` is a :class:`ParamTable` or, in a post-mortem, a
     :class:`~.usage_history.RecordedTable`; ``guard_setting`` the config line that puts the

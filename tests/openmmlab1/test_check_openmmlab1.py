@@ -22,10 +22,11 @@ import sys
 import pytest
 
 from mmdet3d_ddp_guard.__main__ import main
-from mmdet3d_ddp_guard.cli.check import (IMPORT_LINE, MMCV1, MMENGINE, config_file_keys,
-                                         config_framework, framework_of_config, import_line,
-                                         load_config, written_for)
+from mmdet3d_ddp_guard.cli.check import (MMCV1, MMENGINE, config_file_keys, config_framework,
+                                         framework_of_config, import_line, load_config,
+                                         written_for)
 from mmdet3d_ddp_guard.cli.launch import free_port, kill_process_tree
+from mmdet3d_ddp_guard.core.config_lines import MMCV1_LINES
 from mmdet3d_ddp_guard.core.frameworks import installed_frameworks
 from tests.openmmlab1.tiny_coco import make_tiny_coco
 from tests.timeouts import scaled
@@ -219,7 +220,7 @@ def test_real_two_rank_plain_ddp_fails_where_predicted(coco_env, tmp_path, capsy
 
 
 def test_the_import_line_adds_the_guard_to_the_configs_own_list():
-    assert import_line(None) == import_line({}) == IMPORT_LINE
+    assert import_line(None) == import_line({}) == MMCV1_LINES.guard
     assert import_line(dict(imports=['projects.mmdet3d_plugin'])) == (
         "custom_imports = dict(imports=['projects.mmdet3d_plugin', 'mmdet3d_ddp_guard'], "
         'allow_failed_imports=False)')
@@ -237,9 +238,9 @@ def test_the_advised_line_pasted_at_the_end_keeps_the_configs_imports(tmp_path):
     pasted = tmp_path / 'pasted.py'
     pasted.write_text(f'_base_ = [{CONFIG!r}]\n'
                       f"{import_line(load_config(CONFIG, MMCV1).custom_imports)}\n")
-    # What IMPORT_LINE alone would do: replace the list, the detector's import lost.
+    # What the bare line alone would do: replace the list, the detector's import lost.
     alone = tmp_path / 'alone.py'
-    alone.write_text(f'_base_ = [{CONFIG!r}]\n{IMPORT_LINE}\n')
+    alone.write_text(f'_base_ = [{CONFIG!r}]\n{MMCV1_LINES.guard}\n')
     assert load_config(str(alone), MMCV1).custom_imports.imports == ['mmdet3d_ddp_guard']
     assert load_config(str(pasted), MMCV1).custom_imports == dict(
         imports=['tests.openmmlab1.branch_detector', 'mmdet3d_ddp_guard'],
