@@ -131,7 +131,7 @@ def prediction_text(prediction: Dict, table: ParamTable, max_rows: int = 20,
         + (' (a rank\'s unused set differs from its first iteration\'s).'
            if static['outcome'] == FAILS else '.')))
     guarded = prediction['guarded_ddp']
-    lines.append('GuardedDDP: ' + (
+    lines.append('The guard (mmdet3d_ddp_guard): ' + (
         'trains it.' if guarded['outcome'] == OK else
         f'hangs too at iteration {guarded["first_iteration"]} (no DDP option helps a '
         'forward collective that only some ranks run).'))
