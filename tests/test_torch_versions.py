@@ -15,6 +15,7 @@ from mmdet3d_ddp_guard.core import accumulate_grad_hooks, ddp_compat
 from mmdet3d_ddp_guard.core.config_lines import MMENGINE_LINES
 from mmdet3d_ddp_guard.core.decision_policy import (CONFIG_TOP_LEVEL, COMPLETE, FIND_UNUSED,
                                                     initial_decision)
+from mmdet3d_ddp_guard.core.step_backwards import StepBackwards
 from mmdet3d_ddp_guard.core.usage_record import ParamUsageRecord
 from mmdet3d_ddp_guard.core.versions import (check_mmcv_full, check_mmengine, check_torch,
                                              graph_search_accumulates_right)
@@ -120,9 +121,9 @@ def test_node_hook_sees_reached_undefined_and_unreached_parameters():
     assert len(seen) == 2
 
 
-def _backward_ends_seen_by_the_record(rank, world_size):
-    """A branch only rank 0 runs; the record's ``ended`` completes it (as the mmcv 1.x
-    adapter's settling does) and keeps what the gradients are at that moment."""
+def _backward_ends_seen_by_step_backwards(rank, world_size):
+    """A branch only rank 0 runs; ``ended`` completes it (as the mmcv 1.x adapter's settling
+    does) and keeps what the gradients are at that moment."""
     torch.manual_seed(0)
     model = torch.nn.ModuleDict(dict(trunk=torch.nn.Linear(4, 4), branch=torch.nn.Linear(4, 4)))
     record = ParamUsageRecord(model)
@@ -130,14 +131,17 @@ def _backward_ends_seen_by_the_record(rank, world_size):
     params = list(model.parameters())
     calls, grads = [], []
 
-    def ended():
+    def ended(reduces):
         calls.append('ended')
         unreached = [params[i] for i in record.local_unreached()]
         if unreached:
             torch.autograd.backward(unreached, [torch.zeros_like(p) for p in unreached])
         grads.append([p.grad.clone() for p in params])
+        return unreached
 
-    record.on_backward(lambda: calls.append('started'), ended)
+    never = AssertionError
+    backwards = StepBackwards(record, lambda: calls.append('started'), ended, never, never,
+                              never)
 
     class Forward(torch.nn.Module):
         def forward(self, x):
@@ -145,19 +149,21 @@ def _backward_ends_seen_by_the_record(rank, world_size):
             return model['branch'](out) if rank == 0 else out
     ddp.module.forward = Forward().forward
     for _ in range(3):
+        backwards.begin_step()
         record.start_iteration()
         ddp.zero_grad()
-        torch.autograd.backward(ddp(torch.full((2, 4), rank + 1.0)).sum())
+        loss = ddp(torch.full((2, 4), rank + 1.0)).sum()
+        backwards.expect_backwards(loss, reduces=True)
+        torch.autograd.backward(loss)
     return dict(calls=calls, grads=grads)
 
 
 @pytest.mark.timeout(120)
-def test_the_record_tells_a_backward_s_end_after_ddp_s_own_finalisation():
-    """The mmcv 1.x adapter settles from ``ParamUsageRecord.on_backward`` (autograd's final
-    callback, a private API): ``ended`` runs once per backward, however it was called, after
-    DDP copied the averaged gradients back (equal on both ranks), and the completion it runs
-    there fires no second call."""
-    results = run_distributed(_backward_ends_seen_by_the_record)
+def test_a_step_s_backward_ends_after_ddp_s_own_finalisation():
+    """The mmcv 1.x adapter settles from :class:`StepBackwards` (autograd's final callback,
+    a private API): ``ended`` runs once per step, after DDP copied the averaged gradients
+    back (equal on both ranks), and the completion it runs there fires no second call."""
+    results = run_distributed(_backward_ends_seen_by_step_backwards)
     for result in results:
         assert result['calls'] == ['started', 'ended'] * 3
     for step_0, step_1 in zip(results[0]['grads'], results[1]['grads']):
@@ -170,7 +176,7 @@ def test_a_torch_without_autograd_s_final_callbacks_is_refused_clearly(monkeypat
     monkeypatch.setattr(torch.autograd.Variable, '_execution_engine', object())
     with pytest.raises(RuntimeError, match=rf'torch {re.escape(torch.__version__)} has no '
                                            r'torch.autograd.Variable._execution_engine'):
-        record.on_backward(lambda: None, lambda: None)
+        StepBackwards(record, *[None] * 5)
 
 
 @pytest.mark.timeout(300)

@@ -98,29 +98,3 @@ class _AccumulateGradNodeHook:
     def remove(self) -> None:
         self._handle.remove()
         self.node = self.param = None
-
-
-def _engine_queue_callback() -> Optional[Callable[[Callable[[], None]], None]]:
-    engine = getattr(torch.autograd.Variable, '_execution_engine', None)
-    return getattr(engine, 'queue_callback', None)
-
-
-def check_backward_callbacks() -> None:
-    """Raises, naming torch, where autograd's engine takes no final callback (a private API:
-    torch 1.9 to 2.13 have it, it is what DDP's own reducer finalises with)."""
-    if _engine_queue_callback() is None:
-        raise RuntimeError(
-            f'mmdet3d_ddp_guard: torch {torch.__version__} has no '
-            'torch.autograd.Variable._execution_engine.queue_callback, which the mmcv 1.x '
-            'adapter needs to settle unused parameters at the end of the backward that the '
-            'optimizer hook runs. Supported: torch 1.9 to 2.13; please report this torch '
-            'version at the project\'s issue tracker.')
-
-
-def after_backward(callback: Callable[[], None]) -> None:
-    """Runs ``callback()`` once the backward that is running now is over, after every final
-    callback queued during it, DDP's own (its reducer queues its finalisation when its last
-    bucket is launched, which has happened by the time a first final callback runs: so the
-    callback queued from there comes after DDP's). Only valid during a backward."""
-    queue = _engine_queue_callback()
-    queue(lambda: queue(callback))

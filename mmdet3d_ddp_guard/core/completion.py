@@ -8,7 +8,7 @@ backward and the optimizer step, where its framework allows it. The completion t
 needs when it is built (the DDP whose reducer it completes, the usage record, the policy, a
 source of iteration numbers, a logger), and never calls back into the wrapper.
 """
-from typing import Callable, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -77,8 +77,9 @@ class UnusedCompletion:
         """The iteration whose backward is next to be settled."""
         return self._iteration_of(self.iterations_ended)
 
-    def settle(self, reduces: bool) -> None:
-        """After a backward: ``reduces`` is False inside ``no_sync`` (accumulation)."""
+    def settle(self, reduces: bool) -> List[torch.Tensor]:
+        """After a backward: ``reduces`` is False inside ``no_sync`` (accumulation). Returns
+        the parameters whose gradients it completed with zeros for DDP."""
         record = self.record
         local_unused = record.local_unused()
         # Only a backward that reduces leaves DDP's buckets waiting for unreached parameters.
@@ -91,7 +92,7 @@ class UnusedCompletion:
             # No counts in this backward: exchanged later (modes 'find_unused' and
             # 'static_graph'), or carried by the window's last bucket (accumulation).
             record.end_local_iteration(iteration, local_unused, bool(unreached))
-            return
+            return []
         # What DDP's graph search leaves untouched must stay untouched: a gradient that was
         # None before this window (set_to_none=True, torch >= 2.0's default) goes back to
         # None below; one zeroed in place (set_to_none=False) stays a zero tensor. Read
@@ -99,9 +100,9 @@ class UnusedCompletion:
         params = record.table.params
         untouched_none = {i for i in local_unused if params[i].grad is None}
         untouched_none.update(record.local_undefined())
-        if unreached:
+        completed = [params[i] for i in unreached]
+        if completed:
             self._completing = (local_unused, True)
-            completed = [params[i] for i in unreached]
             try:
                 torch.autograd.backward(completed, [torch.zeros_like(p) for p in completed])
             finally:
@@ -114,6 +115,7 @@ class UnusedCompletion:
         if self.policy.decision.mode == COMPLETE and unused_in_window:
             self._release_unused_everywhere(sorted(unused_in_window), counts)
         record.expect_counts(counts)
+        return completed
 
     def _local_payload(self, device, dtype) -> torch.Tensor:
         """This rank's part of the counts on DDP's last bucket (see the comm hook)."""

@@ -6,8 +6,9 @@ the user asked for and builds the usage record before DDP (its framework's way),
 :meth:`GuardedWrapper.guard` with what it decided.
 """
 import contextlib
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
+import torch
 import torch.distributed as dist
 import torch.nn as nn
 
@@ -25,7 +26,7 @@ class GuardedWrapper:
     Both adapters run a training step the same way: :meth:`guarded_step` around the whole
     step, then :meth:`backward_then_settle` around the backward where the framework lets the
     wrapper run it (MMEngine's optim wrapper), or :meth:`settle_after_backward` at its end
-    where it does not (mmcv 1.x, from the usage record's ``on_backward``).
+    where it does not (mmcv 1.x, from :class:`~.step_backwards.StepBackwards`).
 
     A subclass names itself and the way to DDP's graph search in ``comm_hook_refusal``
     (``(wrapper, fix)``, the words of the error a user's own comm hook gets while the counts
@@ -75,14 +76,16 @@ class GuardedWrapper:
             backward()
         self.settle_after_backward(reduces)
 
-    def settle_after_backward(self, reduces: bool) -> None:
+    def settle_after_backward(self, reduces: bool) -> List[torch.Tensor]:
         """Settles the unused parameters of the backward that just ended (``reduces``: it
-        was one DDP reduces), before the optimizer step."""
+        was one DDP reduces), before the optimizer step; returns the parameters completed
+        with zeros."""
         position = self.stall_position
         position.enter('settling')
         with self._reporting():
-            self.completion.settle(reduces)
+            completed = self.completion.settle(reduces)
         position.enter('optimizer step')
+        return completed
 
     @contextlib.contextmanager
     def _reporting(self):

@@ -21,8 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from .accumulate_grad_hooks import (after_backward, check_backward_callbacks,
-                                   register_grad_accumulated_hook)
+from .accumulate_grad_hooks import register_grad_accumulated_hook
 from .param_table import ParamTable
 
 
@@ -203,33 +202,20 @@ class ParamUsageRecord:
         self._open: List[Tuple[int, Tuple[int, ...], bool]] = []
         self._counts: Optional[_CountsInFlight] = None
         self._listeners: List[Callable[[IterationUsage, bool], None]] = []
-        # (started, ended) of on_backward, and whether a backward is running for them.
-        self._backward_listener: Optional[Tuple[Callable[[], None], Callable[[], None]]] = None
-        self._in_backward = False
+        self._reached_listener: Optional[Callable[[torch.Tensor], None]] = None
         self._handles = [register_grad_accumulated_hook(p, self._on_grad_accumulated)
                          for p in self.table.params]
 
     def _on_grad_accumulated(self, param: torch.Tensor) -> None:
         (self._reached if param.grad is not None else self._undefined).add(param)
-        if self._backward_listener is not None and not self._in_backward:
-            self._in_backward = True
-            self._backward_listener[0]()
-            after_backward(self._backward_over)
+        if self._reached_listener is not None:
+            self._reached_listener(param)
 
-    def _backward_over(self) -> None:
-        try:
-            self._backward_listener[1]()
-        finally:
-            self._in_backward = False
-
-    def on_backward(self, started: Callable[[], None], ended: Callable[[], None]) -> None:
-        """``started()`` when a backward first reaches one of the module's parameters, and
-        ``ended()`` once that backward is over (DDP's finalisation included), wherever it
-        was called from: for a framework that runs the backward where the wrapper cannot
-        wrap it (mmcv 1.x's optimizer hooks, a model's own ``train_step``). Backwards that
-        ``ended()`` itself runs (the completion's) do not call them again."""
-        check_backward_callbacks()
-        self._backward_listener = (started, ended)
+    def on_parameter_reached(self, listener: Callable[[torch.Tensor], None]) -> None:
+        """``listener(param)`` after each gradient the record files, inside the backward
+        (:class:`~.step_backwards.StepBackwards` tells from it when a step's backwards are
+        over, for a framework that runs them where the wrapper cannot)."""
+        self._reached_listener = listener
 
     def start_iteration(self) -> None:
         self._reached.clear()

@@ -11,11 +11,11 @@ the caller holds it by. Subclasses of it that a codebase defines are left alone.
 import logging
 import sys
 import weakref
-from typing import Optional
+from typing import List, Optional
 
 import torch
 from mmcv.parallel import MMDistributedDataParallel
-from mmcv.runner import BaseRunner, Fp16OptimizerHook
+from mmcv.runner import BaseRunner, Fp16OptimizerHook, OptimizerHook
 from mmcv.utils import Config, print_log
 
 from ..core.config_lines import MMCV1_LINES
@@ -25,6 +25,7 @@ from ..core.decision_policy import (CONFIG_TOP_LEVEL, FIND_UNUSED, DecisionPolic
 from ..core.forward_collectives import forward_collectives_warning
 from ..core.guarded_wrapper import GuardedWrapper
 from ..core.stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
+from ..core.step_backwards import StepBackwards
 from ..core.usage_record import ParamUsageRecord
 from .stall_guard_end_hook import StallGuardEndHook
 from .cpu_launch import CPUCompatibleMMDistributedDataParallel, ddp_arguments
@@ -63,19 +64,32 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
     A script that passes True itself (the config silent) gets the graph search. A script
     that ignores the key (SparseBEV's) still gets what the config wrote.
 
-    **Where the settling runs.** In mmcv 1.x the backward and the optimizer step run in the
-    optimizer hook (``OptimizerHook``, ``GradientCumulativeOptimizerHook``,
+    **When unused parameters are handled.** In mmcv 1.x the backward and the optimizer
+    step run in the optimizer hook (``OptimizerHook``, ``GradientCumulativeOptimizerHook``,
     ``Fp16OptimizerHook``, or a codebase's own), with no hook point between them. So the
-    settling runs at the end of the backward itself, from autograd's engine (the usage
-    record's ``on_backward``; a final callback, queued after DDP's own finalisation):
-    before gradient clipping and the optimizer step, as DDP's reduction is, however the
-    backward was called. Each of these trains as under mmcv's own DDP:
+    guard acts at the end of the step's last backward, from autograd's engine
+    (:class:`~mmdet3d_ddp_guard.core.step_backwards.StepBackwards`; a final callback, after
+    DDP's own finalisation): before gradient clipping and the optimizer step, as DDP's
+    reduction is, however the backward was called. Each of these trains as under mmcv's own
+    DDP (bit for bit on 2 ranks, ``tests/openmmlab1/test_step_backwards.py``):
 
     - ``loss.backward()`` on the returned loss, or on a divided or scaled one;
-    - ``torch.autograd.backward(loss)``, or the backward of another tensor of the graph;
+      ``torch.autograd.backward(loss)``;
+    - reentrant activation checkpointing (``with_cp=True``, ``torch.utils.checkpoint``),
+      also where the layers nearest the loss, or the loss itself, are inside the block:
+      the end is taken on the outer backward, never on the block's nested one;
+    - several backwards in one step (``loss_a``, then ``loss_b``): the guard waits while
+      the loss ``train_step`` returned still reaches parameters without a gradient, as
+      DDP's buckets wait; a later backward that reaches a parameter the guard had already
+      completed (one that loss does not reach) is a clear error, before the optimizer step;
+    - a backward outside the step (a probe that only rank 0 runs after the optimizer
+      hook): ignored, as DDP's reducer ignores it;
     - a step whose loss is not back-propagated at all (an optimizer hook that skips a NaN
-      loss): nothing is reduced or settled, as under DDP; if other ranks do back-propagate,
-      that is a real hang, which the stall guard names;
+      loss), or whose backward raises before reaching a parameter: nothing is reduced or
+      settled, as under DDP; if other ranks do back-propagate, that is a real hang, which
+      the stall guard names. A backward that raises after reaching parameters leaves DDP's
+      reducer unable to go on (plain DDP raises "Expected to have finished reduction" at
+      the next step): the guard raises there, naming the cause.
 
     A model that runs its own backward inside ``train_step`` cannot train under mmcv's DDP,
     in any mode: mmcv prepares DDP's reducer only after ``module.train_step`` returns, so
@@ -124,11 +138,10 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
         self._runner = None
         self.guard(module, usage_record, policy, self._runner_iteration, _log_revision,
                    stall_timeout, _log_stall)
-        # Whether DDP's reducer is prepared for a backward (mmcv's train_step prepares it
-        # after the module's step, on these conditions), which that backward consumes.
-        self._reducer_prepared = False
         self._in_module_step = False
-        usage_record.on_backward(self._backward_started, self._backward_ended)
+        self.step_backwards = StepBackwards(usage_record, self._backward_started,
+                                            self._backward_ended, self._late_backward,
+                                            self._backward_raised, self._partial_backward)
         print_log(policy.decision.format(), logger='mmcv',
                   level=logging.WARNING if policy.decision.warning else logging.INFO)
 
@@ -142,14 +155,19 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
                 if self.stall_watchdog is not None:
                     caller.register_hook(StallGuardEndHook(self.stall_watchdog),
                                          priority='LOWEST')
+        with self._reporting():
+            self.step_backwards.begin_step()
         with self.guarded_step():
             self._in_module_step = True
             try:
                 outputs = super().train_step(*inputs, **kwargs)
             finally:
                 self._in_module_step = False
-            self._reducer_prepared = (torch.is_grad_enabled()
-                                      and self.require_backward_grad_sync)
+            # mmcv's train_step prepares DDP's reducer for the backward on these conditions.
+            reduces = torch.is_grad_enabled() and self.require_backward_grad_sync
+            loss = outputs.get('loss') if isinstance(outputs, dict) else None
+            self.step_backwards.expect_backwards(
+                loss if isinstance(loss, torch.Tensor) else None, reduces)
         return outputs
 
     def _refuse_fp16_on_the_cpu(self, runner) -> None:
@@ -165,12 +183,28 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
     def _backward_started(self) -> None:
         self.stall_position.enter('backward')
 
-    def _backward_ended(self) -> None:
+    def _backward_ended(self, reduces: bool) -> List[torch.Tensor]:
         if self._in_module_step:
             raise RuntimeError(OWN_BACKWARD_IN_TRAIN_STEP.format(
                 model=type(self.module).__name__))
-        reduces, self._reducer_prepared = self._reducer_prepared, False
-        self.settle_after_backward(reduces)
+        return self.settle_after_backward(reduces)
+
+    def _late_backward(self, param: torch.Tensor) -> Exception:
+        name = self.usage_record.table.names[self.usage_record.table.params.index(param)]
+        return RuntimeError(LATE_BACKWARD.format(param=name, hook=self._optimizer_hooks()))
+
+    def _backward_raised(self) -> Exception:
+        return RuntimeError(BACKWARD_RAISED.format(hook=self._optimizer_hooks()))
+
+    def _partial_backward(self) -> Exception:
+        return RuntimeError(PARTIAL_BACKWARD.format(hook=self._optimizer_hooks()))
+
+    def _optimizer_hooks(self) -> str:
+        """The runner's optimizer hook(s) by class name: where the step's backwards run."""
+        runner = self._runner() if self._runner is not None else None
+        names = sorted({type(hook).__name__ for hook in getattr(runner, 'hooks', ())
+                        if isinstance(hook, OptimizerHook)})
+        return ' or '.join(names) if names else 'the optimizer hook'
 
     def _runner_iteration(self, own_count: int) -> int:
         """mmcv's ``runner.iter`` (0-based, counted up after the iteration's hooks);
@@ -189,6 +223,36 @@ OWN_BACKWARD_IN_TRAIN_STEP = (
     "from train_step (dict(loss=..., log_vars=..., num_samples=...)) and let the config's "
     'optimizer hook back-propagate it (optimizer_config = dict(grad_clip=None) is mmcv\'s '
     'OptimizerHook).')
+
+
+LATE_BACKWARD = (
+    'mmdet3d_ddp_guard: a second backward in one training step reached {param}, whose '
+    'gradient the guard had already completed with zeros at the end of the step\'s earlier '
+    'backward, where DDP reduced it. Its new gradient cannot be reduced any more, and each '
+    'rank would step with its own: training stops here, before the optimizer step. The '
+    'earlier backward ({hook}) did not go through the loss that train_step returned, and '
+    'the graph of that loss does not reach {param} (it is inside a checkpointed block, or '
+    'the loss does not include it), so nothing told the guard to wait. Fix: back-propagate '
+    'the sum of the losses once ((loss_a + loss_b).backward() gives the same gradients), '
+    'or return from train_step a loss whose graph includes every loss the hook '
+    'back-propagates.')
+
+BACKWARD_RAISED = (
+    'mmdet3d_ddp_guard: the previous step\'s backward raised after reaching parameters '
+    'that DDP had been prepared to reduce, and the step was skipped. DDP\'s reducer still '
+    'holds them as ready and cannot start a new step (plain mmcv DDP stops here too, with '
+    '"Expected to have finished reduction in the prior iteration"); other ranks may wait '
+    'for buckets this rank never launched. Fix: skip a step before its backward, on every '
+    'rank alike (check the loss for NaN or inf in {hook}, and all-reduce that decision), '
+    'not by catching an error raised inside the backward.')
+
+PARTIAL_BACKWARD = (
+    'mmdet3d_ddp_guard: the previous step\'s backwards ({hook}) did not go through the '
+    'loss that train_step returned, and left parameters without a gradient that this loss '
+    'reaches: DDP waited for them (mmcv\'s DDP with find_unused_parameters = True as '
+    'well), and the optimizer stepped before their buckets were reduced. Fix: '
+    'back-propagate the returned loss (or every part of it), or return from train_step the '
+    'loss the hook back-propagates.')
 
 
 def guard_mmcv_ddp() -> None:

@@ -1,0 +1,221 @@
+"""When the backwards of a training step are over, where the framework runs them outside the
+wrapper (mmcv 1.x: the optimizer hook back-propagates after ``train_step`` has returned).
+
+The wrapper must settle unused parameters once per step: after the last backward DDP
+reduces, before gradient clipping and the optimizer step. Nothing in mmcv 1.x marks that
+point, so :class:`StepBackwards` finds it from autograd itself, and it is not simply "the end
+of the first backward that reaches a parameter":
+
+- **Nested backwards.** Reentrant activation checkpointing (``torch.utils.checkpoint``,
+  mmcv's and mmdet's ``with_cp=True`` blocks) runs a backward of its own inside the outer one,
+  from its autograd Function's ``backward``. Where the layers nearest the loss are inside the
+  block, the first parameter gradients of the step arrive in that nested backward; settling
+  at its end would complete the parameters outside the block with zeros before their real
+  gradients arrive. So the end is always taken on the *outer* backward: the grad hook on the
+  loss ``train_step`` returned runs in the outer backward before any parameter is reached,
+  and a parameter hook arms it only outside any autograd Function's ``backward``.
+- **Several backwards in one step.** An optimizer hook may back-propagate ``loss_a`` and
+  then ``loss_b``. mmcv's DDP reduces both: its buckets wait for the second. A backward that
+  went through the returned loss covers the step; one that did not (a part of it) ends the
+  step only when no parameter it left unreached can still be reached from the returned loss,
+  DDP's own graph search, run only then. If a later backward reaches a parameter that the
+  guard already completed with zeros (one outside that loss's graph, such as one inside a
+  checkpointed block the returned loss reaches only through the block), ``late_backward``
+  raises inside that backward, before the optimizer step.
+- **Backwards outside a step** (a probe that only rank 0 runs after the optimizer hook, a
+  gradient-norm check): DDP's reducer is not prepared for them and ignores them; so does
+  this, on every rank alike.
+- **A backward that raises** runs no final callback. The next step starts clean: nothing of
+  it is left here; if it had reached parameters while DDP was prepared, DDP's reducer holds
+  them as ready and cannot start a new step (plain DDP raises "Expected to have finished
+  reduction in the prior iteration" there), so ``backward_raised`` is raised instead, naming
+  the cause.
+
+Private API: ``torch.autograd.Variable._execution_engine.queue_callback`` (the final callback
+DDP's reducer finalises with), checked by :func:`check_backward_callbacks`.
+"""
+import sys
+from typing import Callable, List, Optional, Set
+
+import torch
+from torch.autograd.function import BackwardCFunction
+
+from .usage_record import ParamUsageRecord
+
+# Frames of this code are on the stack inside every autograd Function's Python backward, and
+# only there: reentrant checkpointing's nested backward runs under one.
+_FUNCTION_BACKWARD = BackwardCFunction.apply.__code__
+
+
+def _engine_queue_callback() -> Optional[Callable[[Callable[[], None]], None]]:
+    engine = getattr(torch.autograd.Variable, '_execution_engine', None)
+    return getattr(engine, 'queue_callback', None)
+
+
+def check_backward_callbacks() -> None:
+    """Raises, naming torch, where autograd's engine takes no final callback (a private API:
+    torch 1.9 to 2.14 have it, it is what DDP's own reducer finalises with)."""
+    if _engine_queue_callback() is None:
+        raise RuntimeError(
+            f'mmdet3d_ddp_guard: torch {torch.__version__} has no '
+            'torch.autograd.Variable._execution_engine.queue_callback, which the mmcv 1.x '
+            'adapter needs to settle unused parameters at the end of the backward that the '
+            'optimizer hook runs. Supported: torch 1.9 to 2.14; please report this torch '
+            'version at the project\'s issue tracker.')
+
+
+def after_backward(callback: Callable[[], None]) -> None:
+    """Runs ``callback()`` once the backward that is running now is over, after every final
+    callback queued during it, DDP's own (its reducer queues its finalisation when its last
+    bucket is launched, which has happened by the time a first final callback runs: so the
+    callback queued from there comes after DDP's). Only valid during a backward."""
+    queue = _engine_queue_callback()
+    queue(lambda: queue(callback))
+
+
+def inside_function_backward() -> bool:
+    """Whether this runs inside an autograd Function's Python ``backward`` (a nested,
+    reentrant backward: checkpointing's). One stack walk."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is _FUNCTION_BACKWARD:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def reaches_any(root: torch.Tensor, params: Set[torch.Tensor]) -> bool:
+    """Whether the autograd graph of ``root`` (also after its backward freed its buffers)
+    accumulates into any of ``params``: DDP's graph search, from one tensor."""
+    seen, pending = set(), [root.grad_fn]
+    while pending:
+        node = pending.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if getattr(node, 'variable', None) in params:
+            return True
+        pending.extend(next_node for next_node, _ in node.next_functions)
+    return False
+
+
+class _Step:
+    """One ``train_step``'s backwards: what they reached and whether they settled."""
+
+    def __init__(self):
+        self.loss: Optional[torch.Tensor] = None  # the returned loss, until settled
+        self.reduces = False  # DDP's reducer was prepared for this step's backwards
+        self.reached = False  # a backward of the step reached a parameter
+        self.waiting = False  # a backward ended; the returned loss still reaches more
+        self.settled = False
+        self.completed: Set[torch.Tensor] = set()  # filled with zeros when it settled
+
+
+class StepBackwards:
+    """Calls ``started()`` when a training step's first outer backward reaches the model,
+    and ``ended(reduces)`` once, after the step's last reducing backward (DDP's
+    finalisation included), before the optimizer step.
+
+    Args:
+        record (ParamUsageRecord): The usage record whose parameter hooks report each
+            gradient.
+        started (callable): ``started()``, when an outer backward of the step first reaches
+            the returned loss or a parameter.
+        ended (callable): ``ended(reduces)``, the settling; returns the parameters it
+            completed with zeros. Backwards that it runs itself are not the step's.
+        late_backward (callable): ``late_backward(param)`` returns the error to raise when a
+            backward reaches ``param`` after the step completed it with zeros.
+        backward_raised (callable): ``backward_raised()`` returns the error to raise at the
+            next step when a backward raised after reaching parameters DDP was prepared for.
+        partial_backward (callable): ``partial_backward()`` returns the error to raise at the
+            next step when the step's backwards left parameters that the returned loss
+            reaches without a gradient.
+    """
+
+    def __init__(self, record: ParamUsageRecord, started: Callable[[], None],
+                 ended: Callable[[bool], List[torch.Tensor]],
+                 late_backward: Callable[[torch.Tensor], Exception],
+                 backward_raised: Callable[[], Exception],
+                 partial_backward: Callable[[], Exception]):
+        check_backward_callbacks()
+        self._record = record
+        self._started, self._ended = started, ended
+        self._late_backward = late_backward
+        self._backward_raised = backward_raised
+        self._partial_backward = partial_backward
+        self._step: Optional[_Step] = None
+        self._armed = False  # a final callback is queued on the running outer backward
+        self._through_loss = False  # the running outer backward went through the loss
+        self._settling = False
+        record.on_parameter_reached(self._parameter_reached)
+
+    def begin_step(self) -> None:
+        """At the start of ``train_step``, before its forward: what a previous step left
+        behind is cleared (or raised, where DDP cannot go on), and backwards count again."""
+        previous, self._step = self._step, _Step()
+        armed, self._armed, self._through_loss = self._armed, False, False
+        if previous is None or previous.settled:
+            return
+        if armed and previous.reduces and previous.reached:
+            raise self._backward_raised()
+        if previous.waiting:
+            if previous.reduces:
+                raise self._partial_backward()
+            self._settle(previous)  # nothing to reduce: settling late changes no gradient
+
+    def expect_backwards(self, loss: Optional[torch.Tensor], reduces: bool) -> None:
+        """After the step's forward: ``loss`` is the tensor it returned for the optimizer
+        hook to back-propagate (None when it returned none), ``reduces`` whether DDP's
+        reducer was prepared."""
+        step = self._step
+        step.reduces = reduces
+        if loss is not None and loss.requires_grad:
+            step.loss = loss
+            loss.register_hook(self._loss_reached)
+
+    def _loss_reached(self, grad: torch.Tensor) -> None:
+        step = self._step
+        if self._settling or step is None or step.settled:
+            return
+        self._through_loss = True
+        if not self._armed:
+            self._arm()
+
+    def _parameter_reached(self, param: torch.Tensor) -> None:
+        step = self._step
+        if self._settling or step is None:
+            return
+        if step.settled:
+            if param in step.completed:
+                raise self._late_backward(param)
+            return
+        step.reached = True
+        if not self._armed and not inside_function_backward():
+            self._arm()
+
+    def _arm(self) -> None:
+        self._armed = True
+        self._started()
+        after_backward(self._backward_over)
+
+    def _backward_over(self) -> None:
+        self._armed = False
+        through_loss, self._through_loss = self._through_loss, False
+        step = self._step
+        if not through_loss and step.loss is not None and self._loss_reaches_unreached(step):
+            step.waiting = True
+            return
+        self._settle(step)
+
+    def _loss_reaches_unreached(self, step: _Step) -> bool:
+        params = self._record.table.params
+        unreached = {params[i] for i in self._record.local_unreached()}
+        return bool(unreached) and reaches_any(step.loss, unreached)
+
+    def _settle(self, step: _Step) -> None:
+        step.waiting, step.settled, step.loss = False, True, None
+        self._settling = True
+        try:
+            step.completed = set(self._ended(step.reduces))
+        finally:
+            self._settling = False
