@@ -4,7 +4,7 @@ PY := .venv/bin/python
 # of the modules a run imports, once, where a machine's environment would forbid it.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test test-matrix venv bench docs clean
+.PHONY: demo test test-one test-openmmlab1 test-matrix venv bench docs clean
 
 demo: venv
 	$(PY) -m mmdet3d_ddp_guard demo
@@ -19,6 +19,14 @@ test: venv
 	bash tools/version_matrix.sh --ci-first
 	$(PY) -m pytest tests -p no:cacheprovider -q --durations=25
 	bash tools/version_matrix.sh --ci
+
+# One test file or node id on the pinned stack: make test-one T=tests/test_usage_record.py
+test-one: venv
+	$(PY) -m pytest $(T) -p no:cacheprovider -q
+
+# The OpenMMLab 1.x tests alone: the openmmlab1 leg (its Python 3.8 venv built when missing).
+test-openmmlab1:
+	bash tools/version_matrix.sh openmmlab1
 
 # Every leg of the version matrix, without a deadline (docs/compatibility.md).
 test-matrix:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The CUDA checks, run once on a lent GPU machine through the `device`
-# tool, which has torch but no OpenMMLab packages: the pure-Python wheels travel in .whl/
-# (see README, "GPU checks"). Writes its figures under $OUT.
+# The CUDA checks, for a machine with a CUDA GPU and torch but no OpenMMLab packages: the
+# pure-Python wheels it installs travel in .whl/ (docs/performance.md#measuring-on-a-gpu says
+# how to fill it and run this). Writes its figures under $OUT.
 #   0. the fast path's sync check (tests/test_cuda_fast_path.py);
 #   1. the training-equivalence tests (every unused-parameter case, SGD and AdamW, AMP with
 #      a real CUDA GradScaler) with 2 gloo ranks sharing the GPU, then NCCL at world size 1;
