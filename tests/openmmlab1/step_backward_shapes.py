@@ -15,6 +15,11 @@ hook (plus hooks) that back-propagates it:
   then ``loss_b``;
 - ``probe_on_rank_0``: after the stock optimizer hook, a hook on rank 0 only runs a backward
   of its own (a gradient probe), outside the step;
+- ``backward_styles``: a codebase's optimizer hook that calls ``loss.backward()``,
+  ``torch.autograd.backward(loss)`` and no backward at all (a NaN skip) in turn
+  (tests/openmmlab1/backward_styles.py);
+- ``gradient_cumulative``: mmcv's ``GradientCumulativeOptimizerHook`` (``cumulative_iters=2``:
+  the loss divided, DDP reducing every backward, a step every 2 iterations);
 - ``raises_and_skipped``: at iteration 1 the backward raises before reaching a parameter (a
   hook on the loss, as an out-of-memory error would), and the optimizer hook skips the step;
   ``raises_after_reaching``: the same, raised after the heads' parameters were reached.
@@ -34,6 +39,7 @@ from mmcv.utils import Config
 from torch.utils.checkpoint import checkpoint
 
 import mmdet3d_ddp_guard  # noqa: F401 - guards MMDistributedDataParallel, as custom_imports does
+import tests.openmmlab1.backward_styles  # noqa: F401 - registers BackwardStylesOptimizerHook
 
 ITERATIONS = 4
 #: The config lines of each wrapper a user can get (``ddp_guard.stall_timeout=None``: the
@@ -156,6 +162,9 @@ SHAPES = {
     'with_cp_block_last': [],
     'two_backwards': [dict(type='TwoBackwardsOptimizerHook')],
     'probe_on_rank_0': [ProbeOnRankZeroHook],
+    'backward_styles': [dict(type='BackwardStylesOptimizerHook', grad_clip=None)],
+    'gradient_cumulative': [dict(type='GradientCumulativeOptimizerHook', cumulative_iters=2,
+                                 grad_clip=None)],
     'raises_and_skipped': [dict(type='SkipOnErrorOptimizerHook')],
     'raises_after_reaching': [dict(type='SkipOnErrorOptimizerHook', after_reaching=True)],
 }

@@ -136,37 +136,6 @@ def test_reentrant_checkpointing_trains_as_plain_mmcv_ddp(data_root, tmp_path):
     _assert_trains_the_same(str(tmp_path / 'cp'), str(tmp_path / 'cp_plain'))
 
 
-def test_gradient_cumulative_optimizer_hook_trains_like_the_graph_search(data_root, tmp_path):
-    """mmcv's GradientCumulativeOptimizerHook divides the loss and steps every 2
-    iterations; DDP reduces every backward, and the guard settles every backward."""
-    cumulative = "optimizer_config = dict(type='GradientCumulativeOptimizerHook', " \
-        'cumulative_iters=2, grad_clip=None)'
-    auto = _run(data_root, tmp_path, _config(tmp_path, 'auto', cumulative), 'auto')
-    assert auto.returncode == 0, auto.output[-3000:]
-    graph = _run(data_root, tmp_path,
-                 _config(tmp_path, 'graph', cumulative, 'find_unused_parameters = True'),
-                 'graph')
-    assert graph.returncode == 0, graph.output[-3000:]
-    _assert_trains_the_same(str(tmp_path / 'auto'), str(tmp_path / 'graph'))
-
-
-def test_every_way_a_hook_runs_the_backward_trains_like_the_graph_search(data_root, tmp_path):
-    """A codebase's optimizer hook: iteration 0 calls loss.backward(), 1
-    torch.autograd.backward(loss), 2 no backward (a NaN skip), 3 loss.backward() again. The
-    refiner that rank 1 never runs is completed in each backward, wherever it was called;
-    the skipped step is no error, as under mmcv's own DDP."""
-    styles = ["custom_imports = dict(imports=['tests.openmmlab1.branch_detector', "
-              "'tests.openmmlab1.backward_styles', 'mmdet3d_ddp_guard'], "
-              'allow_failed_imports=False)',
-              "optimizer_config = dict(type='BackwardStylesOptimizerHook', grad_clip=None)"]
-    auto = _run(data_root, tmp_path, _config(tmp_path, 'auto', *styles), 'auto')
-    assert auto.returncode == 0, auto.output[-3000:]
-    graph = _run(data_root, tmp_path,
-                 _config(tmp_path, 'graph', *styles, 'find_unused_parameters = True'), 'graph')
-    assert graph.returncode == 0, graph.output[-3000:]
-    _assert_trains_the_same(str(tmp_path / 'auto'), str(tmp_path / 'graph'))
-
-
 def test_no_collective_of_ours_while_every_parameter_is_used(data_root, tmp_path):
     """``branch_label=0``: every image holds a car, so every rank runs the refiner in every
     iteration; the guarded run issues exactly the collectives of plain mmcv DDP."""
