@@ -214,13 +214,17 @@ for leg in "${LEGS[@]}"; do
   make_leg_venv "$name" "$python_version" "$stack" "$fix"
   if [[ " $stack " == *" vermin=="* ]] && ! check_python38 "$name"; then failed+=("vermin"); fi
   tests=("${TESTS[@]}")
-  if [ "$name" = openmmlab1 ]; then tests=("${OPENMMLAB1_TESTS[@]}"); fi
+  # The leg that installs mmdet3d 0.x (add_mmdet3d_0x) says so to its tests, which then fail
+  # without it instead of skipping (tests/openmmlab1/test_mmdet3d_0x.py).
+  expect_mmdet3d_0x=
+  if [ "$name" = openmmlab1 ]; then tests=("${OPENMMLAB1_TESTS[@]}"); expect_mmdet3d_0x=1; fi
   say "$name: ${#tests[@]} test files and tests"
   # From a copy of the tests only, so that `import mmdet3d_ddp_guard` finds the installed
   # package, not the checkout.
   workdir=$(mktemp -d)
   cp -r tests pytest.ini "$workdir/"
   if (cd "$workdir" && DDP_GUARD_EXPECT_INSTALLED=1 \
+      DDP_GUARD_EXPECT_MMDET3D_0X=$expect_mmdet3d_0x \
       "$repo/.venvs/$name/bin/python" -m pytest "${tests[@]}" -p no:cacheprovider -q); then
     say "$name: passed"
     passed+=("$name")

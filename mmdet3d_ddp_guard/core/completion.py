@@ -46,7 +46,8 @@ class UnusedCompletion:
         self._completing: Optional[Tuple[Tuple[int, ...], bool]] = None
         self._static_graph_unused = None
         if policy.decision.mode in (COMPLETE, STRICT):
-            self._counts = UnusedCountsState(ddp.process_group, self._local_payload)
+            self._counts = UnusedCountsState(ddp.process_group, self._local_payload,
+                                             policy.lines.wrapper)
             # DDP's own method: a wrapper may refuse user comm hooks in its override.
             DistributedDataParallel.register_comm_hook(ddp, self._counts,
                                                        allreduce_with_unused_counts)

@@ -80,6 +80,7 @@ class UnusedCountsState:
         local_payload (callable): ``local_payload(device, dtype)`` returns this rank's
             flat 0/1 tensor: unused per open iteration and parameter, then the unreached
             flag (a cached :meth:`zeros` tensor when nothing is unused).
+        wrapper (str): The wrapper as its framework's user knows it, for the error.
 
     Attributes:
         counts (Tensor, optional): The all-reduced payload of the last counted backward.
@@ -88,8 +89,9 @@ class UnusedCountsState:
             nothing).
     """
 
-    def __init__(self, process_group, local_payload: Callable):
+    def __init__(self, process_group, local_payload: Callable, wrapper: str):
         self.process_group = process_group
+        self.wrapper = wrapper
         self.local_payload = local_payload
         self.counts: Optional[torch.Tensor] = None
         self.bucket_listener: Callable[[object, int, int], None] = _no_listener
@@ -104,8 +106,9 @@ class UnusedCountsState:
     def take_counts(self) -> torch.Tensor:
         """The counts of the backward that just ended (on the device; nothing waits)."""
         if self.counts is None:
-            raise RuntimeError('GuardedDDP: the last gradient bucket was not reduced in this '
-                               'backward; another comm hook may have replaced GuardedDDP\'s.')
+            raise RuntimeError(f'{self.wrapper}: the last gradient bucket was not reduced in '
+                               'this backward; another comm hook may have replaced the '
+                               "guard's.")
         counts, self.counts = self.counts, None
         return counts
 

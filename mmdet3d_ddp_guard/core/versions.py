@@ -21,7 +21,7 @@ Each check takes version strings, so that this module imports no framework.
 import re
 import sys
 import warnings
-from typing import Tuple
+from typing import Collection, Optional, Tuple
 
 #: The oldest torch this package is tested on (torch 1.9.1, Python 3.8).
 MIN_TORCH = (1, 9)
@@ -52,10 +52,36 @@ def _dotted(version: Tuple[int, int]) -> str:
     return '.'.join(map(str, version))
 
 
+def _without_the_guard(frameworks: Optional[Collection[str]]) -> str:
+    """How to train without the guard, in the words of the frameworks installed: under
+    MMEngine the config also names GuardedDDP, which mmcv 1.x's configs never do."""
+    # Imported here: both modules import this one, and reading the installed distributions
+    # imports no framework.
+    from .config_lines import MMENGINE_LINES
+    from .frameworks import MMCV1, MMENGINE, installed_frameworks
+    if frameworks is None:
+        try:
+            frameworks = installed_frameworks()
+        except ImportError:
+            frameworks = ()
+    mmcv1 = ('remove mmdet3d_ddp_guard from custom_imports and set '
+             'find_unused_parameters = True in your config instead')
+    mmengine = (f'remove mmdet3d_ddp_guard from custom_imports and `{MMENGINE_LINES.guard}` '
+                "(or the mmdet3d_ddp_guard::_base_/ddp_guard.py base) from your config, and "
+                'set find_unused_parameters = True in it instead')
+    if MMENGINE not in frameworks:
+        return mmcv1
+    if MMCV1 not in frameworks:
+        return mmengine
+    return f'under MMEngine, {mmengine}; under mmcv-full 1.x, {mmcv1}'
+
+
 def check_torch(torch_version: str,
-                python_version: Tuple[int, int] = sys.version_info[:2]) -> None:
+                python_version: Tuple[int, int] = sys.version_info[:2],
+                frameworks: Optional[Collection[str]] = None) -> None:
     """Raises RuntimeError, naming the supported range and the fix, on an unsupported
-    torch or Python; warns once on a torch newer than the newest tested."""
+    torch or Python; warns once on a torch newer than the newest tested. ``frameworks``
+    (core.frameworks' names) picks the words of the fix; by default the installed ones."""
     if tuple(python_version) < MIN_PYTHON:
         raise RuntimeError(
             f'mmdet3d_ddp_guard needs Python >= {_dotted(MIN_PYTHON)}, but this is Python '
@@ -65,16 +91,16 @@ def check_torch(torch_version: str,
         raise RuntimeError(
             f'mmdet3d_ddp_guard supports torch >= {_dotted(MIN_TORCH)} (tested on '
             f'{", ".join(TESTED_TORCHES)}), but torch {torch_version} is installed: its DDP '
-            'comm hook cannot tell the last gradient bucket, which GuardedDDP needs. Upgrade '
+            'comm hook cannot tell the last gradient bucket, which the guard needs. Upgrade '
             f'torch to {_dotted(MIN_TORCH)} or newer (e.g. pip install torch==1.9.1, which '
-            'mmcv-full 1.x and mmcv 2.x both have wheels for), or remove mmdet3d_ddp_guard '
-            'from custom_imports and set find_unused_parameters = True in your config '
-            'instead.')
+            'mmcv-full 1.x and mmcv 2.x both have wheels for), or '
+            f'{_without_the_guard(frameworks)}.')
     if torch_mm > NEWEST_TESTED_TORCH:
+        # The same words for both frameworks: this runs before either adapter loads.
         warnings.warn(
             f'mmdet3d_ddp_guard was tested up to torch {_dotted(NEWEST_TESTED_TORCH)}; torch '
-            f'{torch_version} is newer. It should work; if GuardedDDP fails, please report '
-            'it with this version.', stacklevel=3)
+            f'{torch_version} is newer. It should work; if training with mmdet3d_ddp_guard '
+            'fails, please report it with this version.', stacklevel=3)
 
 
 def check_mmengine(mmengine_version: str) -> None:

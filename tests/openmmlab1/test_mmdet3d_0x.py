@@ -8,9 +8,11 @@ mmdet3d 0.x is installed by ``tools/mmdet3d_0x.sh VENV`` into the openmmlab1 leg
 sdist without its CUDA-only compiled ops (stub modules in their place), its spconv layers left
 out of mmcv's registry and its asserted mmcv range raised to the leg's mmcv-full 1.7.2, so
 this is a test environment, not a user's install. Its pure-Python train path is the release's
-own. Skipped where mmdet3d 0.x is not installed.
+own. Skipped where mmdet3d 0.x is not installed, except in the openmmlab1 leg
+(``DDP_GUARD_EXPECT_MMDET3D_0X=1``), where its absence fails.
 """
 import importlib.metadata
+import os
 import os.path as osp
 import re
 
@@ -20,21 +22,32 @@ try:
     MMDET3D_VERSION = importlib.metadata.version('mmdet3d')
 except importlib.metadata.PackageNotFoundError:
     MMDET3D_VERSION = None
-if MMDET3D_VERSION is None or not MMDET3D_VERSION.startswith('0.'):
-    pytest.skip('mmdet3d 0.x is not installed (tools/mmdet3d_0x.sh VENV installs it)',
-                allow_module_level=True)
+INSTALLED = MMDET3D_VERSION is not None and MMDET3D_VERSION.startswith('0.')
+NOT_INSTALLED = ('mmdet3d 0.x is not installed ('
+                 + (f'mmdet3d {MMDET3D_VERSION} is' if MMDET3D_VERSION else 'no mmdet3d is')
+                 + ' here; tools/mmdet3d_0x.sh VENV installs it)')
+# tools/version_matrix.sh sets it in the openmmlab1 leg, whose venv it gives mmdet3d 0.x
+# (add_mmdet3d_0x): a skip there would let a broken install pass the leg with this module's
+# claims gone unnoticed. A developer's venv without mmdet3d 0.x still skips the module.
+EXPECTED = os.environ.get('DDP_GUARD_EXPECT_MMDET3D_0X') == '1'
+if not INSTALLED and not EXPECTED:
+    pytest.skip(NOT_INSTALLED, allow_module_level=True)
 
-import mmdet3d  # noqa: E402
 import torch  # noqa: E402
 
 from tests.openmmlab1.branch_detector import REFINER_PARAMS  # noqa: E402
 from tests.openmmlab1.launch import CONFIGS, train  # noqa: E402
 from tests.timeouts import scaled  # noqa: E402
 
-pytestmark = pytest.mark.timeout(400)
+if INSTALLED:
+    import mmdet3d
 
-#: mmdet3d 0.x's own tools/train.py, as its package ships it.
-MMDET3D_TRAIN = osp.join(osp.dirname(mmdet3d.__file__), '.mim', 'tools', 'train.py')
+    #: mmdet3d 0.x's own tools/train.py, as its package ships it.
+    MMDET3D_TRAIN = osp.join(osp.dirname(mmdet3d.__file__), '.mim', 'tools', 'train.py')
+
+pytestmark = pytest.mark.timeout(400)
+# Without mmdet3d 0.x (only where it is expected) one test fails and says why; these skip.
+needs_mmdet3d_0x = pytest.mark.skipif(not INSTALLED, reason=NOT_INSTALLED)
 GUARDED = osp.join(CONFIGS, 'mmdet3d_0x_branch_guarded.py')
 SYNC_BN = osp.join(CONFIGS, 'mmdet3d_0x_sync_bn_branch_guarded.py')
 FINISHED = 'Iter [4/4]'
@@ -57,6 +70,12 @@ def _run(data_root, tmp_path, config, name, cfg_options=()):
                  cfg_options=cfg_options, timeout=scaled(180))
 
 
+def test_mmdet3d_0x_is_installed_where_the_leg_expects_it():
+    assert INSTALLED, (f'{NOT_INSTALLED}, but DDP_GUARD_EXPECT_MMDET3D_0X=1 (the openmmlab1 '
+                       "leg) expects it: see tools/mmdet3d_0x.sh's output in the leg's build")
+
+
+@needs_mmdet3d_0x
 def test_the_install_is_mmdet3d_0x_with_its_ops_stubbed():
     """What tools/mmdet3d_0x.sh promises: mmdet3d 0.x imports beside mmcv-full 1.x, its
     compiled ops say they are not compiled, mmcv's spconv layers keep their registration,
@@ -73,6 +92,7 @@ def test_the_install_is_mmdet3d_0x_with_its_ops_stubbed():
         iou3d_utils.nms_gpu(torch.zeros(1, 5), torch.zeros(1), 0.5)
 
 
+@needs_mmdet3d_0x
 def test_mmdet3d_train_py_with_the_one_line_trains_where_plain_mmcv_ddp_dies(data_root,
                                                                              tmp_path):
     """mmdet3d 0.x's tools/train.py on 2 ranks whose batches leave the refiner unused on rank
@@ -103,6 +123,7 @@ def test_mmdet3d_train_py_with_the_one_line_trains_where_plain_mmcv_ddp_dies(dat
     assert checkpoint['meta']['mmdet3d_version'] == mmdet3d.__version__
 
 
+@needs_mmdet3d_0x
 def test_naive_sync_bn_in_a_branch_one_rank_takes_is_diagnosed(data_root, tmp_path):
     """mmdet3d 0.x's NaiveSyncBatchNorm2d in the refiner that only rank 0 runs: rank 0 waits
     in its all_gather, rank 1 in the all_reduce of mmdet's _parse_losses; the stall guard ends
