@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from mmdet3d_ddp_guard.core import accumulate_grad_hooks, ddp_compat
+from mmdet3d_ddp_guard.core import accumulate_grad_hooks, ddp_compat, step_backwards
 from mmdet3d_ddp_guard.core.config_lines import MMENGINE_LINES
 from mmdet3d_ddp_guard.core.decision_policy import (CONFIG_TOP_LEVEL, COMPLETE, FIND_UNUSED,
                                                     initial_decision)
@@ -176,6 +176,14 @@ def test_a_torch_without_autograd_s_final_callbacks_is_refused_clearly(monkeypat
     monkeypatch.setattr(torch.autograd.Variable, '_execution_engine', object())
     with pytest.raises(RuntimeError, match=rf'torch {re.escape(torch.__version__)} has no '
                                            r'torch.autograd.Variable._execution_engine'):
+        StepBackwards(record, *[None] * 5)
+
+
+def test_a_torch_whose_function_backwards_cannot_be_told_is_refused_clearly(monkeypatch):
+    record = ParamUsageRecord(torch.nn.Linear(2, 2))
+    monkeypatch.setattr(step_backwards, '_FUNCTION_BACKWARD', None)
+    with pytest.raises(RuntimeError, match=r'has no torch\.autograd\.function\.'
+                                           r'BackwardCFunction\.apply, which the mmcv 1\.x'):
         StepBackwards(record, *[None] * 5)
 
 

@@ -38,13 +38,14 @@ import sys
 from typing import Callable, List, Optional, Set
 
 import torch
-from torch.autograd.function import BackwardCFunction
+import torch.autograd.function
 
 from .usage_record import ParamUsageRecord
 
 # Frames of this code are on the stack inside every autograd Function's Python backward, and
-# only there: reentrant checkpointing's nested backward runs under one.
-_FUNCTION_BACKWARD = BackwardCFunction.apply.__code__
+# only there: reentrant checkpointing's nested backward runs under one (torch 1.9 to 2.14).
+_FUNCTION_BACKWARD = getattr(getattr(getattr(torch.autograd.function, 'BackwardCFunction', None),
+                                     'apply', None), '__code__', None)
 
 
 def _engine_queue_callback() -> Optional[Callable[[Callable[[], None]], None]]:
@@ -53,13 +54,16 @@ def _engine_queue_callback() -> Optional[Callable[[Callable[[], None]], None]]:
 
 
 def check_backward_callbacks() -> None:
-    """Raises, naming torch, where autograd's engine takes no final callback (a private API:
-    torch 1.9 to 2.14 have it, it is what DDP's own reducer finalises with)."""
-    if _engine_queue_callback() is None:
+    """Raises, naming torch and the API, where autograd's engine takes no final callback or
+    autograd Functions' backwards cannot be told on the stack (private APIs: torch 1.9 to
+    2.14 have both; the first is what DDP's own reducer finalises with)."""
+    missing = [name for name, found in (
+        ('torch.autograd.Variable._execution_engine.queue_callback', _engine_queue_callback()),
+        ('torch.autograd.function.BackwardCFunction.apply', _FUNCTION_BACKWARD)) if found is None]
+    if missing:
         raise RuntimeError(
-            f'mmdet3d_ddp_guard: torch {torch.__version__} has no '
-            'torch.autograd.Variable._execution_engine.queue_callback, which the mmcv 1.x '
-            'adapter needs to settle unused parameters at the end of the backward that the '
+            f'mmdet3d_ddp_guard: torch {torch.__version__} has no {" and no ".join(missing)}, '
+            'which the mmcv 1.x adapter needs to find the end of the backward that the '
             'optimizer hook runs. Supported: torch 1.9 to 2.14; please report this torch '
             'version at the project\'s issue tracker.')
 
