@@ -12,21 +12,31 @@ what ``static_graph=True`` and GuardedDDP would do, and the config lines to add.
 when plain DDP would fail or hang, so a job script can gate on it; 0 when not; 2 on bad usage.
 
 The simulation sees what the data decides. It cannot see code that branches on
-``dist.get_rank()``, per-rank augmentation randomness, or batch-norm synchronisation; and
-only the iterations it runs: a rare batch needs more ``--iters``, or the hook in the real run.
+``dist.get_rank()``, per-rank augmentation randomness, or batch-norm synchronisation; nor
+what a rank keeps in its model between iterations: the simulated ranks share one model
+instance, so a streaming model's memory (StreamPETR's memory queue, Sparse4D's instance bank)
+holds the other simulated rank's state, not its own rank's; and it sees only the iterations
+it runs: a rare batch needs more ``--iters``, or the hook in the real run.
+
+Under mmcv 1.x it follows the BEV codebases' ``tools/train.py``: the seed is their ``--seed``
+(0 unless given; the config's own ``seed`` is not read), and the plugin module is the one
+their code derives from ``plugin_dir``. The working directory goes on ``sys.path``, as
+``python -m`` puts it there, so that the installed ``mmdet3d-ddp-guard`` script, run from a
+codebase's root, imports its ``projects.mmdet3d_plugin`` too.
 """
 import argparse
 import ast
 import os
 import os.path as osp
+import sys
 import tempfile
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 from ..core.config_lines import LINES, MMCV1_LINES
 from ..core.ddp_outcome import HANGS, OK
 from ..core.forward_collectives import sync_norm_cfg_keys
 from ..core.frameworks import MMCV1, MMENGINE, installed_frameworks
-from ..core.simulated_ranks import SimulationError
+from ..core.simulated_ranks import SimulationError, import_codebase_module
 from ..reporting.ddp_prediction import plot_prediction, predict, prediction_text, write_json
 from ..reporting.usage_summary import summary_dict, summary_text, write_summary
 
@@ -41,8 +51,12 @@ FRAMEWORK_NAMES = {MMENGINE: 'MMEngine (OpenMMLab 2.x)',
                    MMCV1: 'mmcv-full 1.x (OpenMMLab 1.x: mmdet 2.x, mmdet3d 0.x)'}
 #: mmcv 1.x's runners, named by ``runner = dict(type=...)`` in a 1.x config.
 MMCV1_RUNNERS = ('IterBasedRunner', 'EpochBasedRunner')
-#: The config key each framework's training takes its seed from (``--seed`` sets it).
+#: The config key each framework's training takes its seed from (``--seed`` sets it; the
+#: mmcv 1.x train scripts set ``cfg.seed`` from their own ``--seed`` whatever the config says).
 SEED_KEYS = {MMENGINE: 'randomness.seed', MMCV1: 'seed'}
+#: Whose ``tools/train.py --seed`` defaults to the seed check simulates for a 1.x config.
+MMCV1_SEED_SCRIPTS = 'BEVFormer, UniAD, StreamPETR and PETR (and in mmdet3d 0.17.1)'
+
 #: The module the guard's import line adds to ``custom_imports``.
 GUARD_MODULE = 'mmdet3d_ddp_guard'
 
@@ -195,7 +209,7 @@ def import_line(custom_imports: Optional[Mapping] = None) -> str:
 
 
 def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE,
-              seed: Optional[int] = None):
+              seed: Optional[int] = None, config_path: Optional[str] = None):
     """Simulates ``world_size`` ranks for ``iters`` iterations of ``cfg``; returns the
     simulation, the usage summary and the prediction.
 
@@ -205,11 +219,19 @@ def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE,
         iters (int): Iterations to simulate.
         framework (str): ``'mmengine'`` or ``'mmcv-full'`` (:func:`config_framework`).
         seed (int): Set as the config's seed (:data:`SEED_KEYS`), as ``tools/train.py
-            --seed`` sets it; None leaves the config's.
+            --seed`` sets it. None: under MMEngine the config's; under mmcv 1.x the
+            ``--seed`` default of the BEV codebases' ``tools/train.py`` (0), since no 1.x
+            train script reads the config's.
+        config_path (str): The config's path as given (mmcv 1.x: a ``plugin=True`` config
+            without ``plugin_dir`` imports its folder); default ``cfg.filename``.
     """
-    if seed is not None:
-        cfg.merge_from_dict({SEED_KEYS[framework]: seed})
-    simulation = _simulation_class(framework)(cfg, world_size)
+    if framework == MMCV1:
+        simulation = _simulation_class(framework)(cfg, world_size, seed=seed,
+                                                  config_path=config_path)
+    else:
+        if seed is not None:
+            cfg.merge_from_dict({SEED_KEYS[framework]: seed})
+        simulation = _simulation_class(framework)(cfg, world_size)
     iterations = simulation.run(iters)
     record = simulation.record
     prediction = predict(record.table, iterations, world_size, simulation.collectives.types,
@@ -227,8 +249,26 @@ def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE,
     return simulation, summary, prediction
 
 
+def mmcv1_seed_text(seed: int, config_seed: Any = None) -> str:
+    """What the report says of the seed of a 1.x config simulated without ``--seed``.
+
+    Args:
+        seed (int): The seed simulated (the BEV codebases' ``--seed`` default).
+        config_seed: The ``seed`` the config writes, None where it writes none.
+    """
+    text = (f'No --seed given: simulated with seed {seed}, the --seed default of '
+            f'tools/train.py in {MMCV1_SEED_SCRIPTS}, which set cfg.seed = args.seed.')
+    if config_seed is not None:
+        text += (f' The config\'s seed = {config_seed!r} is not what these train scripts '
+                 'use: each overwrites cfg.seed with its --seed.')
+    return text + (' mmdet 2.x\'s own tools/train.py (init_random_seed, as in 2.28) draws '
+                   'a random seed when not given --seed, and a shuffling sampler orders the '
+                   'data by it: give check the --seed your training gets.')
+
+
 def report(summary: dict, prediction: dict, table, framework: str = MMENGINE,
-           custom_imports: Optional[Mapping] = None) -> str:
+           custom_imports: Optional[Mapping] = None, config_seed: Any = None,
+           notes: Sequence[str] = ()) -> str:
     """The text the command prints: the summary, the prediction and the config advice.
 
     Args:
@@ -237,19 +277,18 @@ def report(summary: dict, prediction: dict, table, framework: str = MMENGINE,
         table (ParamTable): The names of the parameter ids.
         framework (str): The config's framework (:func:`config_framework`).
         custom_imports (Mapping): The config's ``custom_imports`` (:func:`import_line`).
+        config_seed: The ``seed`` a 1.x config writes (:func:`mmcv1_seed_text`).
+        notes (list[str]): More to say about how the config was read (the 1.x plugin).
     """
     lines = ['', '=' * 78, summary_text(summary), '',
              prediction_text(prediction, table, max_rows=MAX_TABLE_ROWS)]
     if not prediction['seed_from_config'] and framework == MMCV1:
-        lines.append(f'The config sets no seed and no --seed was given: simulated with seed '
-                     f'{prediction["seed"]}, the --seed default of tools/train.py in '
-                     'BEVFormer, UniAD, StreamPETR and PETR. mmdet 2.x\'s own tools/train.py '
-                     'draws a random seed without --seed, and a shuffling sampler orders '
-                     'the data by it: give check the --seed your training gets.')
+        lines.append(mmcv1_seed_text(prediction['seed'], config_seed))
     elif not prediction['seed_from_config']:
         lines.append(f'The config sets no randomness.seed, so a shuffling sampler orders the '
                      f'data differently in every run; this prediction used seed '
                      f'{prediction["seed"]} (--seed sets one).')
+    lines += list(notes)
     if prediction['plain_ddp']['outcome'] == HANGS:
         lines += ['', 'First replace the SyncBN-type layer(s) named above: no wrapper can '
                   'prevent that hang. Then, for the unused parameters, add to your config:']
@@ -279,14 +318,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--png', default=None, metavar='PATH',
                         help='draw iterations x ranks (unused, fails, hangs) into this PNG')
     parser.add_argument('--seed', type=int, default=None,
-                        help="the training's seed, set as the config's (cfg.seed, as "
-                             'tools/train.py --seed sets it under mmcv-full 1.x; '
-                             'randomness.seed under MMEngine); a shuffling sampler orders the '
-                             "data by it. Default: the config's; else, for an mmcv-full 1.x "
-                             "config, 0, the --seed default of the BEV codebases' "
+                        help="the training's seed; a shuffling sampler orders the data by "
+                             'it. mmcv-full 1.x: the --seed of its tools/train.py, set as '
+                             "cfg.seed over the config's own seed as those scripts set it; "
+                             "default 0, the --seed default of the BEV codebases' "
                              'tools/train.py (BEVFormer, UniAD, StreamPETR, PETR; mmdet '
-                             "2.x's draws a random one); for MMEngine a random one, as its "
-                             'Runner draws')
+                             "2.x's draws a random one). MMEngine: set as randomness.seed; "
+                             "default the config's, else a random one, as its Runner draws")
     parser.add_argument('--work-dir', default=None,
                         help='where the summary files go (default: a temporary folder)')
     parser.add_argument('--cfg-options', nargs='+', action=_dict_action(), default={},
@@ -312,11 +350,45 @@ def _usage_error(args: argparse.Namespace):
     return None
 
 
+def working_directory_on_path() -> None:
+    """Puts the working directory first on ``sys.path`` unless it is there already, as
+    ``python -m`` does. The installed ``mmdet3d-ddp-guard`` script has its own folder there
+    instead, and a codebase's plugin (``projects.mmdet3d_plugin``, in ``custom_imports`` or
+    ``plugin_dir``) is imported from the codebase's root, which its ``tools/dist_train.sh``
+    puts on ``PYTHONPATH``."""
+    cwd = os.getcwd()
+    if all(osp.abspath(str(entry) or os.curdir) != cwd for entry in sys.path):
+        sys.path.insert(0, cwd)
+
+
+def custom_import_problem(path: str) -> Optional[str]:
+    """Why a module of the config's ``custom_imports`` cannot be imported (naming it and the
+    fix, see :func:`import_codebase_module`), read from the config's source; None when each
+    imports or the source does not say.
+
+    Args:
+        path (str): The config file.
+    """
+    try:
+        custom = config_file_keys(path).get('custom_imports')
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return None
+    imports = custom.get('imports') if isinstance(custom, Mapping) else None
+    for name in [imports] if isinstance(imports, str) else imports or []:
+        if isinstance(name, str):
+            try:
+                import_codebase_module(name, "in the config's custom_imports")
+            except SimulationError as error:
+                return str(error)
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     problem = _usage_error(args)
     if problem:
         print(f'check: {problem}')
         return BAD_USAGE
+    working_directory_on_path()
     framework = config_framework(args.config)
     wanted = written_for(args.config)
     if wanted is not None and wanted != framework:
@@ -324,16 +396,27 @@ def main(args: argparse.Namespace) -> int:
               f'installed here (only {FRAMEWORK_NAMES[framework]} is); check it where its '
               'training runs.')
         return BAD_USAGE
-    cfg = load_config(args.config, framework)
+    try:
+        cfg = load_config(args.config, framework)
+    except ImportError:
+        # Both Configs re-raise a failed custom import without naming the module (mmcv 1.x)
+        # or the fix.
+        problem = custom_import_problem(args.config)
+        if problem is None:
+            raise
+        print(f'check: {problem}')
+        return BAD_USAGE
     cfg.merge_from_dict(args.cfg_options)
     try:
         simulation, summary, prediction = run_check(cfg, args.world_size, args.iters,
-                                                    framework, args.seed)
+                                                    framework, args.seed, args.config)
     except SimulationError as error:
         print(f'check: {error}')
         return BAD_USAGE
     table = simulation.record.table
-    print(report(summary, prediction, table, framework, cfg.get('custom_imports')))
+    print(report(summary, prediction, table, framework, cfg.get('custom_imports'),
+                 config_seed=getattr(simulation, 'config_seed', None),
+                 notes=[note for note in [getattr(simulation, 'plugin_note', None)] if note]))
     work_dir = args.work_dir or tempfile.mkdtemp(prefix='ddp_guard_check_')
     os.makedirs(work_dir, exist_ok=True)
     history = [dict(iter=it.iteration, unused_per_rank=[list(ids) for ids in it.unused_per_rank])

@@ -8,8 +8,16 @@ SyncBN-type layers ran (:class:`ForwardCollectiveCounter`), and it leaves the
 rank-averaged gradient on the parameters for the adapter's one optimizer step, as DDP
 (with the unused ranks counting zero, as under ``find_unused_parameters=True`` or
 GuardedDDP) would.
+
+One model instance serves every simulated rank, the ranks of an iteration one after the
+other. So state that a model carries from one forward to the next is shared between the
+simulated ranks, where each real rank keeps its own: a streaming model's memory
+(StreamPETR's memory queue, Sparse4D's instance bank) holds what the previous simulated
+rank's batch left there, not what its own rank's previous batch left. The simulation cannot
+see what a rank does differently because of its own memory.
 """
 import contextlib
+import importlib
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
@@ -43,9 +51,38 @@ class SimulationError(ValueError):
     """The config cannot be simulated (bad usage: the message names the key and the fix)."""
 
 
+def import_codebase_module(name: str, named_by: str):
+    """Imports ``name``, a module of the user's codebase (its plugin package, a custom
+    import); where that fails, a :class:`SimulationError` that names the module and the fix
+    instead of the import's traceback.
+
+    Args:
+        name (str): The module, e.g. ``'projects.mmdet3d_plugin'``.
+        named_by (str): What in the config names it, for the message.
+    """
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        missing = error.name or ''
+        if missing and (name == missing or name.startswith(missing + '.')):
+            top = missing.split('.')[0]
+            raise SimulationError(
+                f'cannot import {name!r} ({named_by}): no module {missing!r} on the path. '
+                f'Run check from the codebase\'s root (the folder that holds {top}/, which '
+                'its tools/dist_train.sh puts on PYTHONPATH), or add that folder to '
+                'PYTHONPATH.') from error
+        raise SimulationError(f'importing {name!r} ({named_by}) fails: {error}. The '
+                              "training's import fails the same way: install what it "
+                              'needs.') from error
+    except ImportError as error:
+        raise SimulationError(f'importing {name!r} ({named_by}) fails: {error}. The '
+                              "training's import fails the same way.") from error
+
+
 class SimulatedRanks:
     """The base of the adapters' ``RankSimulation``: runs one iteration of every simulated
-    rank on one model copy and records it. A subclass builds the rest and defines
+    rank on one model copy (whose state between forwards the ranks share: see the module's
+    docstring) and records it. A subclass builds the rest and defines
     :meth:`step` (one iteration: :meth:`run_iteration`, then its optimizer step).
 
     Attributes:

@@ -6,8 +6,11 @@ label 1, which the tiny data (``tiny_coco.py``) puts on the even images; with
 rank 1 the odd ones. The codebase-shaped plugin's config with ``data.shuffler_sampler``
 (``projects/configs/plugin_tiny_retinanet_branch_samplers.py``) is read through the plugin's
 own ``build_dataloader`` and sampler (``projects/mmdet3d_plugin/datasets/``), which orders
-the images by the seed. Run in the OpenMMLab 1.x venv (where mmcv-full 1.x is not installed
-only the adapter choice and the import line are tested)::
+the images by the seed. ``plugin_tiny_retinanet_branch_lean.py`` (a plugin without a builder
+of its own, and ``seed = 5``) is read through mmdet 2.14's ``build_dataloader``
+(``projects/mmdet_2_14_builder.py``, put in place of mmdet's). Run in the OpenMMLab 1.x venv
+(where mmcv-full 1.x is not installed only the adapter choice and the import line are
+tested)::
 
     PYTHONPATH=<repo> .venvs/openmmlab1/bin/python -m pytest -q \
         tests/openmmlab1/test_check_openmmlab1.py
@@ -39,6 +42,8 @@ PLAIN_CONFIG = osp.join(REPO,
                         'tests/openmmlab1/projects/configs/plugin_tiny_retinanet_branch_plain.py')
 SAMPLERS_CONFIG = osp.join(
     REPO, 'tests/openmmlab1/projects/configs/plugin_tiny_retinanet_branch_samplers.py')
+LEAN_CONFIG = osp.join(REPO,
+                       'tests/openmmlab1/projects/configs/plugin_tiny_retinanet_branch_lean.py')
 TRAIN = osp.join(REPO, 'tests/openmmlab1/projects/train.py')
 PLUGIN = 'tests.openmmlab1.projects.mmdet3d_plugin'
 # Both configs import the tiny detector: the advice keeps it in the list.
@@ -343,3 +348,164 @@ def test_seed_orders_the_codebases_sampler_over_the_configs_seed(samplers_datase
 def test_a_seed_out_of_numpys_range_is_bad_usage(capsys):
     assert main(['check', CONFIG, '--seed', '-1']) == 2
     assert '--seed must be an integer from 0 to 2**32 - 1' in capsys.readouterr().out
+
+
+@needs_mmcv1
+def test_a_builder_gets_only_the_arguments_its_signature_names():
+    from mmdet.datasets import build_dataloader as mmdet_2_28
+
+    from mmdet3d_ddp_guard.core.simulated_ranks import SimulationError
+    from mmdet3d_ddp_guard.openmmlab1.rank_simulation import (codebase_loader_args,
+                                                              loader_args, taken_args)
+    from tests.openmmlab1.projects.mmdet_2_14_builder import build_dataloader as mmdet_2_14
+    cfg = load_config(SAMPLERS_CONFIG, MMCV1)
+    common = dict(samples_per_gpu=1, workers_per_gpu=0, seed=0, shuffle=False)
+    assert loader_args(cfg, 0, mmdet_2_28) == dict(common, runner_type='IterBasedRunner',
+                                                   persistent_workers=False)
+    # mmdet 2.14's hands its **kwargs to torch's DataLoader: neither key may reach it.
+    assert loader_args(cfg, 0, mmdet_2_14) == common
+    assert codebase_loader_args(cfg, 0, mmdet_2_14) == dict(samples_per_gpu=1, seed=0)
+    # A runner type mmdet's loader cannot build for matters only where the builder takes it.
+    cfg.merge_from_dict({'runner.type': 'CustomRunner'})
+    assert loader_args(cfg, 0, mmdet_2_14) == common
+    with pytest.raises(SimulationError, match="runner.type='CustomRunner'"):
+        loader_args(cfg, 0, mmdet_2_28)
+
+    def keyword_only(dataset, *, runner_type=None, **kwargs):
+        """A keyword-only parameter is named; the catch-all is not."""
+    assert taken_args(keyword_only, dict(runner_type='x', shuffler_sampler={})) == \
+        dict(runner_type='x')
+
+
+@needs_mmcv1
+@pytest.mark.timeout(120)
+def test_mmdet_2_14s_builder_on_a_bev_shaped_config_orders_the_data_by_seed_0(
+        coco_env, monkeypatch, tmp_path, capsys):
+    from mmdet.datasets import build_dataset
+    from mmdet.datasets.samplers import DistributedGroupSampler
+
+    from tests.openmmlab1.projects import mmdet_2_14_builder
+    dataset = build_dataset(load_config(LEAN_CONFIG, MMCV1).data.train)
+    # As under mmdet 2.14 itself, the argument it lacks reaches torch's DataLoader and fails.
+    with pytest.raises(TypeError, match='runner_type'):
+        mmdet_2_14_builder.build_dataloader(dataset, 1, 0, runner_type='IterBasedRunner')
+    monkeypatch.setattr('mmdet.datasets.builder.build_dataloader',
+                        mmdet_2_14_builder.build_dataloader)
+    code, out, prediction, _ = _check(tmp_path, capsys, '--world-size', '2',
+                                      config=LEAN_CONFIG)
+    assert code in (0, 1)
+    # 2.14's shuffling group sampler with seed 0, not with the config's seed = 5.
+    order = lambda seed: _sampler_order(DistributedGroupSampler, dataset, seed)  # noqa: E731
+    assert order(0) != order(5)
+    assert _samples_per_rank(out, 2) == order(0)
+    assert (prediction['seed'], prediction['seed_from_config']) == (0, False)
+    assert 'No --seed given: simulated with seed 0, the --seed default of tools/train.py in ' \
+           'BEVFormer, UniAD, StreamPETR and PETR' in out
+    assert "The config's seed = 5 is not what these train scripts use: each overwrites " \
+           'cfg.seed with its --seed.' in out
+    assert "mmdet 2.x's own tools/train.py (init_random_seed, as in 2.28) draws a random " \
+           'seed' in out
+
+
+@needs_mmcv1
+def test_the_plugin_module_is_the_one_the_bev_train_scripts_import():
+    from mmcv import Config
+
+    from mmdet3d_ddp_guard.core.simulated_ranks import SimulationError
+    from mmdet3d_ddp_guard.openmmlab1.rank_simulation import plugin_module
+
+    def module(config_path='projects/configs/bevformer/bevformer_tiny.py', **keys):
+        return plugin_module(Config(keys), config_path)
+
+    assert module(plugin=True, plugin_dir='projects/mmdet3d_plugin/') == \
+        ('projects.mmdet3d_plugin', None)
+    # Their os.path.dirname drops the last folder of a plugin_dir without a trailing slash.
+    name, note = module(plugin=True, plugin_dir='projects/mmdet3d_plugin')
+    assert name == 'projects'
+    assert "plugin_dir = 'projects/mmdet3d_plugin' has no trailing '/'" in note
+    assert "import os.path.dirname of it, 'projects', not 'projects.mmdet3d_plugin'" in note
+    assert "write plugin_dir = 'projects/mmdet3d_plugin/'" in note
+    # Without plugin_dir, the folder of the config as given.
+    assert module(plugin=True) == ('projects.configs.bevformer', None)
+    assert module(plugin=False, plugin_dir='projects/mmdet3d_plugin/') == (None, None)
+    assert module(plugin_dir='projects/mmdet3d_plugin/') == (None, None)
+    # Paths the scripts turn into names that Python cannot import: theirs fail too.
+    for path, keys in (('x.py', dict(plugin_dir='./projects/mmdet3d_plugin/')),
+                       ('./projects/configs/x.py', {}), ('/abs/x.py', {}),
+                       ('x.py', dict(plugin_dir='mmdet3d_plugin'))):
+        with pytest.raises(SimulationError, match='which Python cannot import: the '
+                                                  'training fails the same way'):
+            module(path, plugin=True, **keys)
+
+
+@pytest.fixture
+def codebase_root(tmp_path, monkeypatch, coco_env):
+    """A codebase's root in a temporary folder, the working directory: its
+    ``projects/mmdet3d_plugin`` registers the tiny detector under a name of its own, which
+    ``projects/configs/plugin.py`` trains."""
+    root = tmp_path / 'codebase'
+    plugin = root / 'projects' / 'mmdet3d_plugin'
+    plugin.mkdir(parents=True)
+    (plugin / '__init__.py').write_text(
+        'from mmdet.models import DETECTORS\n'
+        'from tests.openmmlab1.branch_detector import BranchRetinaNet\n'
+        "DETECTORS.register_module(name='PluginBranchRetinaNet', module=BranchRetinaNet, "
+        'force=True)\n')
+    (root / 'projects' / 'configs').mkdir()
+    (root / 'projects' / 'configs' / 'plugin.py').write_text(
+        f"_base_ = [{CONFIG!r}]\nmodel = dict(type='PluginBranchRetinaNet')\n"
+        "plugin = True\nplugin_dir = 'projects/mmdet3d_plugin/'\n")
+    monkeypatch.setattr(sys, 'path', list(sys.path))
+    monkeypatch.chdir(root)
+    yield root
+    # The next test's codebase has a projects package of its own, registered or not.
+    from mmdet.models import DETECTORS
+    DETECTORS._module_dict.pop('PluginBranchRetinaNet', None)
+    for name in [name for name in sys.modules if name.split('.')[0] == 'projects']:
+        del sys.modules[name]
+
+
+@needs_mmcv1
+@pytest.mark.timeout(120)
+def test_plugin_dir_is_imported_from_the_codebases_root(codebase_root, tmp_path, capsys):
+    code = main(['check', 'projects/configs/plugin.py', '--iters', '1', '--work-dir',
+                 str(tmp_path / 'work')])
+    out = capsys.readouterr().out
+    assert code in (0, 1), out
+    assert 'plain DDP (find_unused_parameters=False) on 1 rank(s)' in out
+    assert 'trailing' not in out
+
+
+@needs_mmcv1
+def test_a_plugin_dir_without_its_trailing_slash_is_named_with_the_fix(codebase_root, capsys):
+    config = codebase_root / 'projects' / 'configs' / 'no_slash.py'
+    config.write_text("_base_ = ['./plugin.py']\nplugin_dir = 'projects/mmdet3d_plugin'\n")
+    # As the train scripts: projects imports, and the detector its plugin registers is missing.
+    assert main(['check', str(config)]) == 2
+    out = capsys.readouterr().out
+    assert 'PluginBranchRetinaNet is not in the' in out
+    assert "'projects', not 'projects.mmdet3d_plugin', and so did check. If " \
+           "'projects.mmdet3d_plugin' is the plugin, write plugin_dir = " \
+           "'projects/mmdet3d_plugin/'." in out
+
+
+@needs_mmcv1
+def test_a_plugin_that_does_not_import_is_named_with_the_fix(codebase_root, tmp_path,
+                                                             monkeypatch, capsys):
+    config = codebase_root / 'projects' / 'configs' / 'plugin.py'
+    imported = codebase_root / 'projects' / 'configs' / 'imported.py'
+    imported.write_text(
+        "_base_ = ['./plugin.py']\ncustom_imports = dict(imports=["
+        "'tests.openmmlab1.branch_detector', 'projects.mmdet3d_plugin'], "
+        'allow_failed_imports=False)\n')
+    elsewhere = tmp_path / 'elsewhere'
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    fix = ("no module 'projects' on the path. Run check from the codebase's root (the folder "
+           'that holds projects/')
+    assert main(['check', str(config)]) == 2
+    assert f"cannot import 'projects.mmdet3d_plugin' (plugin_dir = " \
+           f"'projects/mmdet3d_plugin/'): {fix}" in capsys.readouterr().out
+    assert main(['check', str(imported)]) == 2
+    assert f"cannot import 'projects.mmdet3d_plugin' (in the config's custom_imports): " \
+           f'{fix}' in capsys.readouterr().out
