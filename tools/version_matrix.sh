@@ -44,7 +44,7 @@ LEGS=(
 )
 TESTS=(
   tests/test_torch_versions.py tests/test_installed_package.py tests/test_usage_record.py
-  tests/test_step_backwards.py
+  tests/test_step_backwards.py tests/test_collective_functions.py
   tests/test_three_rank_rounding.py
   tests/test_guarded_ddp_training.py tests/test_guarded_ddp_options.py
   tests/test_collective_budget.py tests/test_unused_params_hook.py

@@ -9,9 +9,12 @@ which on NCCL is the first operation that needs a device result, not the collect
 
 What is recorded, and how:
 
-- the Python-level collectives of ``torch.distributed`` (all_reduce, all_gather, broadcast,
-  reduce_scatter, barrier, the ``*_object`` ones, ...), by replacing those functions in the
-  ``torch.distributed`` namespace with recording ones (:func:`record_collectives`). Code
+- the Python-level collectives of ``torch.distributed``, every one the torch at hand has
+  (:mod:`.collective_functions` reads them from ``distributed_c10d``: all_reduce, all_gather,
+  their ``_coalesced``, ``_single``, ``_into_tensor`` and ``_base`` forms, barrier, the
+  ``*_object`` ones, ...), replaced in the ``torch.distributed`` namespace by recording
+  ones (:func:`record_collectives`); a call on a subgroup this rank is not in, or one that
+  raises, leaves no entry. Code
   calls them as ``dist.all_reduce(...)`` (torch's SyncBatchNorm, mmdet3d's
   NaiveSyncBatchNorm, mmdet's ``reduce_mean``, MMEngine's ``mmengine.dist``), and so is
   seen; a module that did ``from torch.distributed import all_reduce`` before the guard was
@@ -43,26 +46,20 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from ..ddp_compat import is_compiling
+from .collective_functions import agreed_count, collective_functions
 
-#: ``torch.distributed`` functions that issue a collective: name -> (position of the
-#: ``group`` argument, position of the tensor whose element count every rank must agree on,
-#: or None where counts may differ by rank: gathers, scatters, all_to_all, objects).
-COLLECTIVE_FUNCTIONS = {
-    'all_reduce': (2, 0), 'all_gather': (2, 1), 'all_gather_into_tensor': (2, 1),
-    '_all_gather_base': (2, 1), 'reduce_scatter': (3, 0), 'reduce_scatter_tensor': (3, 0),
-    '_reduce_scatter_base': (3, 0), 'broadcast': (2, 0), 'reduce': (3, 0),
-    'gather': (3, None), 'scatter': (3, None), 'all_to_all': (2, None),
-    'all_to_all_single': (4, None), 'barrier': (0, None), 'monitored_barrier': (0, None),
-    'all_gather_object': (2, None), 'broadcast_object_list': (2, None),
-    'gather_object': (3, None), 'scatter_object_list': (3, None),
-}
+#: ``torch.distributed``'s collectives on this torch (:mod:`.collective_functions`).
+COLLECTIVE_FUNCTIONS = collective_functions()
 #: Entries of each group kept for the snapshot: enough to hold a whole iteration's
 #: collectives of a detector (its SyncBN layers, its loss reductions, DDP's buckets).
 KEPT_PER_GROUP = 64
 #: Frames walked up from a collective to find its issuer.
 _MAX_DEPTH = 64
 
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+# Not the caller's frames: torch's, and those of the decorator that marks deprecated ones.
+_TORCH_DIRS = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, ) + tuple(
+    os.path.abspath(module.__file__) for module in [sys.modules.get('typing_extensions')]
+    if module is not None and getattr(module, '__file__', None))
 WORLD = 'world'
 
 # The log of the guarded wrapper whose stall guard runs in this process (one at a time).
@@ -101,16 +98,26 @@ class CollectiveLog:
         """How many collectives this rank issued on ``group`` since the run started."""
         return self._groups[group][0] if group in self._groups else 0
 
-    def record_call(self, op: str, args: tuple, kwargs: dict) -> None:
-        group_position, tensor_position = COLLECTIVE_FUNCTIONS[op]
-        group = kwargs.get('group', args[group_position] if len(args) > group_position
-                           else None)
-        numel = None
-        if tensor_position is not None:
-            tensor = args[tensor_position] if len(args) > tensor_position else \
-                kwargs.get('tensor')
-            numel = tensor.numel() if isinstance(tensor, torch.Tensor) else None
-        self._append(self._key(group), op, numel, self._issuer())
+    def record_call(self, op: str, args: tuple, kwargs: dict) -> Optional[tuple]:
+        """Records a call of ``op``; returns its entry, or None where this rank is not in
+        the call's group (torch returns at once there: nothing is issued)."""
+        group_position, counted = COLLECTIVE_FUNCTIONS[op]
+        group = kwargs['group'] if 'group' in kwargs else (
+            args[group_position] if len(args) > group_position else None)
+        if group is not None and group is not dist.group.WORLD and dist.get_rank(group) < 0:
+            return None
+        numel = agreed_count(args[0] if args else kwargs.get(counted)) if counted else None
+        return self._append(self._key(group), op, numel, self._issuer())
+
+    def take_back(self, entry: tuple) -> None:
+        """Forgets ``entry``, the last recorded, whose call raised: nothing was issued."""
+        for slot in self._groups.values():
+            if slot[1] and slot[1][-1] is entry:
+                slot[1].pop()
+                slot[0] -= 1
+                self.total -= 1
+                self._nth -= 1
+                return
 
     def record_bucket(self, group, bucket_index: int, numel: int) -> None:
         """From the guard's comm hook: DDP all-reduces gradient bucket ``bucket_index``."""
@@ -125,15 +132,17 @@ class CollectiveLog:
             except RuntimeError:  # the training thread appended meanwhile: read again
                 continue
 
-    def _append(self, key: str, op: str, numel: Optional[int], issuer: tuple) -> None:
+    def _append(self, key: str, op: str, numel: Optional[int], issuer: tuple) -> tuple:
         self._nth += 1
         self.total += 1
         slot = self._groups.get(key)
         if slot is None:
             slot = self._groups[key] = [0, deque(maxlen=KEPT_PER_GROUP)]
         entries: Deque = slot[1]
-        entries.append((slot[0], op, numel, self.iteration, self._nth, issuer))
+        entry = (slot[0], op, numel, self.iteration, self._nth, issuer)
+        entries.append(entry)
         slot[0] += 1
+        return entry
 
     def _key(self, group) -> str:
         if group is None or group is dist.group.WORLD:
@@ -145,7 +154,8 @@ class CollectiveLog:
         return known[1]
 
     def _issuer(self) -> tuple:
-        frame = sys._getframe(3)  # past _issuer, record_call and the recording function
+        # Past _issuer, record_call, _recorded_call and the recording function.
+        frame = sys._getframe(4)
         call_site = None
         for _ in range(_MAX_DEPTH):
             if frame is None:
@@ -157,7 +167,7 @@ class CollectiveLog:
                 if name is not None:
                     return (name, type(owner).__name__, code.co_name, code.co_filename,
                             frame.f_lineno)
-            if call_site is None and not code.co_filename.startswith(_TORCH_DIR):
+            if call_site is None and not code.co_filename.startswith(_TORCH_DIRS):
                 call_site = (None, None, code.co_name, code.co_filename, frame.f_lineno)
             frame = frame.f_back
         return call_site or (None, None, '?', 'torch', 0)
@@ -239,12 +249,23 @@ def deactivate(log: CollectiveLog) -> None:
 def _recording(op: str, original):
     @functools.wraps(original)
     def collective(*args, **kwargs):
-        # is_compiling() first: under a trace Dynamo folds it and never reads the log.
+        # is_compiling() first: under a trace Dynamo folds it and never reads the log, so
+        # it traces the original call alone.
         if not is_compiling() and _active is not None:
-            _active.record_call(op, args, kwargs)
+            return _recorded_call(_active, op, original, args, kwargs)
         return original(*args, **kwargs)
     collective.ddp_guard_original = original
     return _as_dynamo_sees(original, collective)
+
+
+def _recorded_call(log: CollectiveLog, op: str, original, args: tuple, kwargs: dict):
+    entry = log.record_call(op, args, kwargs)
+    try:
+        return original(*args, **kwargs)
+    except BaseException:
+        if entry is not None:
+            log.take_back(entry)
+        raise
 
 
 def _as_dynamo_sees(original, collective):
