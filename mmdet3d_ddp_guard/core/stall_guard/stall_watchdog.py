@@ -140,8 +140,10 @@ class StallWatchdog:
         self._last_progress = position.progress()
         self._backoff = self.timeout
         self._judge_at = time.monotonic() + self.timeout
-        # The published snapshot's place, and the change count the last judgement read.
+        # The published snapshot's place and progress, and the change count the last
+        # judgement read.
         self._published_place: Optional[tuple] = None
+        self._published_progress: Optional[int] = None
         self._changes_judged: Optional[int] = None
 
     def start(self) -> None:
@@ -169,24 +171,36 @@ class StallWatchdog:
     # -- the thread ---------------------------------------------------------------------
 
     def look(self) -> None:
-        """One tick: an integer compared while the rank moves; the store once it stalls."""
+        """One tick: an integer compared while the rank moves; the store once it stalls.
+        A store operation that fails is logged once per stall and tried again later: the
+        thread never ends while its wrapper trains."""
         progress = self.position.progress()
         now = time.monotonic()
         if progress != self._last_progress or not self.position.is_current():
             self._last_progress = progress
             self._backoff, self._judge_at = self.timeout, now + self.timeout
-            if self._published:
-                self._withdraw()
+        if self._published and (progress != self._published_progress
+                                or not self.position.is_current()):
+            # A snapshot left in the store after the rank moved would be read by the others
+            # as this rank stuck where it was: withdrawn before anything else, every tick
+            # until the store takes it.
+            self._store_operation(self._withdraw)
             return
         if now < self._judge_at:
             return
-        try:
-            self._judge_stall()
-        except Exception as error:  # noqa: B902 - a broken store must not kill training
-            self._log(f'mmdet3d_ddp_guard stall guard: cannot compare positions through the '
-                      f'store ({type(error).__name__}: {error}); it looks again later.', True)
+        self._store_operation(self._judge_stall)
         self._backoff = min(2 * self._backoff, MAX_BACKOFF)
         self._judge_at = time.monotonic() + self._backoff
+
+    def _store_operation(self, operation: Callable[[], None]) -> None:
+        try:
+            operation()
+        except Exception as error:  # noqa: B902 - a broken store must not kill training
+            message = (f'mmdet3d_ddp_guard stall guard: cannot compare positions through the '
+                       f'store ({type(error).__name__}: {error}); it tries again later.')
+            if 'store fault' not in self._logged:
+                self._log(message, True)
+                self._logged.add('store fault')
 
     def _judge_stall(self) -> None:
         snapshot = self.position.snapshot()
@@ -258,9 +272,10 @@ class StallWatchdog:
         return self._key_store().get(key)
 
     def _publish(self, snapshot: dict) -> None:
+        self._published_progress = self.position.progress()
         self._set(f'position/{self._global_ranks[self.rank]}', json.dumps(snapshot))
+        self._published = True  # from here a failed write still needs withdrawing
         self._add('changes', 1)
-        self._published = True
         self._published_place = _place(snapshot)
 
     def _withdraw(self) -> None:
@@ -357,7 +372,11 @@ def _watch(watchdog_ref, tick: float) -> None:
         watchdog = watchdog_ref()
         if watchdog is None or watchdog._stopped:
             return
-        watchdog.look()
+        try:
+            watchdog.look()
+        except Exception as error:  # noqa: B902 - the guard must outlive its own faults
+            watchdog._log(f'mmdet3d_ddp_guard stall guard: {type(error).__name__}: {error}; '
+                          'it goes on watching.', True)
         del watchdog
 
 
