@@ -44,7 +44,12 @@ LEGS=(
 )
 TESTS=(
   tests/test_torch_versions.py tests/test_installed_package.py tests/test_usage_record.py
-  tests/test_step_backwards.py tests/test_collective_functions.py
+  tests/test_step_backwards.py
+  # The record's coverage on each torch; its gloo test runs in the suite only (on torch 2.1.2
+  # its run hung once in three, measured 2026-12-02).
+  'tests/test_collective_functions.py::test_every_function_that_takes_a_group_is_recorded_or_left_out_by_name'
+  tests/test_collective_functions.py::test_what_is_left_out_is_said_in_the_limits
+  tests/test_collective_functions.py::test_only_the_counts_every_rank_must_pass_alike_are_compared
   tests/test_three_rank_rounding.py
   tests/test_guarded_ddp_training.py tests/test_guarded_ddp_options.py
   tests/test_collective_budget.py tests/test_unused_params_hook.py
