@@ -127,8 +127,8 @@ class StepBackwards:
             the returned loss or a parameter.
         ended (callable): ``ended(reduces)``, the settling; returns the parameters it
             completed with zeros. Backwards that it runs itself are not the step's.
-        late_backward (callable): ``late_backward(param)`` returns the error to raise when a
-            backward reaches ``param`` after the step completed it with zeros.
+        late_backward (callable): ``late_backward(name)`` returns the error to raise when a
+            backward reaches the parameter ``name`` after the step completed it with zeros.
         backward_raised (callable): ``backward_raised()`` returns the error to raise at the
             next step when a backward raised after reaching parameters DDP was prepared for.
         partial_backward (callable): ``partial_backward()`` returns the error to raise at the
@@ -138,7 +138,7 @@ class StepBackwards:
 
     def __init__(self, record: ParamUsageRecord, started: Callable[[], None],
                  ended: Callable[[bool], List[torch.Tensor]],
-                 late_backward: Callable[[torch.Tensor], Exception],
+                 late_backward: Callable[[str], Exception],
                  backward_raised: Callable[[], Exception],
                  partial_backward: Callable[[], Exception]):
         check_backward_callbacks()
@@ -191,7 +191,11 @@ class StepBackwards:
             return
         if step.settled:
             if param in step.completed:
-                raise self._late_backward(param)
+                table = self._record.table
+                # By identity: list.index would compare tensors elementwise.
+                raise self._late_backward(next(name for name, known in zip(table.names,
+                                                                            table.params)
+                                               if known is param))
             return
         step.reached = True
         if not self._armed and not inside_function_backward():

@@ -189,9 +189,9 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
                 model=type(self.module).__name__))
         return self.settle_after_backward(reduces)
 
-    def _late_backward(self, param: torch.Tensor) -> Exception:
-        name = self.usage_record.table.names[self.usage_record.table.params.index(param)]
-        return RuntimeError(LATE_BACKWARD.format(param=name, hook=self._optimizer_hooks()))
+    def _late_backward(self, param_name: str) -> Exception:
+        return RuntimeError(LATE_BACKWARD.format(param=param_name,
+                                                 hook=self._optimizer_hooks()))
 
     def _backward_raised(self) -> Exception:
         return RuntimeError(BACKWARD_RAISED.format(hook=self._optimizer_hooks()))
