@@ -201,16 +201,20 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
 
     def _optimizer_hooks(self) -> str:
         """The runner's optimizer hook(s) by class name: where the step's backwards run."""
-        runner = self._runner() if self._runner is not None else None
-        names = sorted({type(hook).__name__ for hook in getattr(runner, 'hooks', ())
+        names = sorted({type(hook).__name__ for hook in getattr(self._current_runner(),
+                                                                'hooks', ())
                         if isinstance(hook, OptimizerHook)})
         return ' or '.join(names) if names else 'the optimizer hook'
 
     def _runner_iteration(self, own_count: int) -> int:
         """mmcv's ``runner.iter`` (0-based, counted up after the iteration's hooks);
         ``own_count`` outside a runner."""
-        runner = self._runner() if self._runner is not None else None
+        runner = self._current_runner()
         return own_count if runner is None else runner.iter
+
+    def _current_runner(self) -> Optional[BaseRunner]:
+        """The runner whose ``train_step`` calls reach this wrapper, while it lives."""
+        return self._runner() if self._runner is not None else None
 
 
 OWN_BACKWARD_IN_TRAIN_STEP = (

@@ -18,7 +18,7 @@ the forms whose sizes may differ by rank (the list ``all_gather`` and ``reduce_s
 which NCCL runs uneven, ``all_to_all``, ``gather``, ``scatter``, objects, barriers).
 """
 import inspect
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch.distributed.distributed_c10d as c10d
 
@@ -42,9 +42,9 @@ _SAME_SIZE_SUFFIXES = ('_into_tensor', '_single', '_base', 'reduce_scatter_tenso
 _UNEVEN = frozenset({'all_to_all_single'})
 
 
-def functions_with_a_group() -> Dict[str, object]:
+def functions_with_a_group() -> Dict[str, List[str]]:
     """Every function of ``distributed_c10d`` (exported, or a private collective) that
-    takes a ``group`` argument, by name."""
+    takes a ``group`` argument: name -> its parameters' names."""
     exported = getattr(c10d, '__all__', None)  # torch < 2.0 has none: its public names
     if exported is None:
         exported = [name for name in dir(c10d) if not name.startswith('_')]
@@ -55,11 +55,11 @@ def functions_with_a_group() -> Dict[str, object]:
         if not callable(function) or isinstance(function, type):
             continue
         try:
-            parameters = inspect.signature(function).parameters
+            parameters = list(inspect.signature(function).parameters)
         except (TypeError, ValueError):
             continue
         if 'group' in parameters:
-            found[name] = function
+            found[name] = parameters
     return found
 
 
@@ -67,10 +67,9 @@ def collective_functions() -> Dict[str, Tuple[int, Optional[str]]]:
     """Collective name -> (position of its ``group`` argument, name of its first argument
     when every rank must pass it with the same element count, else None)."""
     table = {}
-    for name, function in functions_with_a_group().items():
+    for name, parameters in functions_with_a_group().items():
         if name in GROUP_QUERIES or name in POINT_TO_POINT:
             continue
-        parameters = list(inspect.signature(function).parameters)
         same_size = name in _SAME_SIZE or (name.endswith(_SAME_SIZE_SUFFIXES)
                                            and name not in _UNEVEN)
         table[name] = (parameters.index('group'), parameters[0] if same_size else None)
