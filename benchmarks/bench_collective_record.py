@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from mmdet3d_ddp_guard.core.stall_guard import collective_log
+from mmdet3d_ddp_guard.core.stall_guard import recording_functions
 from mmdet3d_ddp_guard.core.stall_guard.collective_log import CollectiveLog
 
 
@@ -48,15 +48,15 @@ def main():
     model = Nest(10)
     x = torch.ones(1)
     log = CollectiveLog(model)
-    collective_log.record_collectives()
+    recording_functions.record_collectives()
     times = {'torch': [], 'recorded': []}
     for _ in range(args.repetitions):
         for name in times:
-            collective_log.activate(log if name == 'recorded' else None)
+            recording_functions.activate(log if name == 'recorded' else None)
             start = time.perf_counter()
             model(x, args.calls)
             times[name].append((time.perf_counter() - start) / args.calls * 1e6)
-    collective_log.activate(None)
+    recording_functions.activate(None)
     plain, recorded = (statistics.median(times[name]) for name in ('torch', 'recorded'))
     print(f'torch {torch.__version__}, gloo, world 1; median of {args.repetitions} '
           f'interleaved repetitions of {args.calls} all_reduce calls')

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from mmdet3d_ddp_guard.core.stall_guard import collective_log
+from mmdet3d_ddp_guard.core.stall_guard import recording_functions
 from mmdet3d_ddp_guard.core.stall_guard.collective_functions import (
     GROUP_QUERIES, POINT_TO_POINT, collective_functions, functions_with_a_group)
 from mmdet3d_ddp_guard.core.stall_guard.collective_log import CollectiveLog
@@ -47,7 +47,7 @@ def test_only_the_counts_every_rank_must_pass_alike_are_compared():
 def _record_calls(rank, world_size):
     model = torch.nn.Linear(2, 2)
     log = CollectiveLog(model)
-    collective_log.activate(log)
+    recording_functions.activate(log)
     try:
         dist.all_reduce_coalesced([torch.ones(3), torch.ones(2)])
         dist.all_gather_coalesced([[torch.zeros(2)] for _ in range(world_size)], [torch.ones(2)])
@@ -61,7 +61,7 @@ def _record_calls(rank, world_size):
             pass
         snapshot = log.snapshot()
     finally:
-        collective_log.deactivate(log)
+        recording_functions.deactivate(log)
     return snapshot
 
 
@@ -83,9 +83,9 @@ def _record_as_nccl_runs(monkeypatch, calls):
     (gloo cannot run these: NCCL-only functions, uneven gathers); the entries recorded."""
     log = CollectiveLog(torch.nn.Linear(2, 2))
     log.start_iteration(5)
-    monkeypatch.setattr(collective_log, '_active', log)
+    monkeypatch.setattr(recording_functions, '_active', log)
     for op, args in calls:
-        collective_log._recording(op, lambda *args, **kwargs: None)(*args)
+        recording_functions._recording(op, lambda *args, **kwargs: None)(*args)
     return log.snapshot()
 
 

@@ -39,7 +39,7 @@ from typing import Callable, Dict, List, Optional, Set
 import torch.distributed as dist
 
 from ..config_lines import ConfigLines
-from .collective_log import activate, deactivate
+from .recording_functions import activate, deactivate
 from .rank_position import RankPosition
 from .stall_diagnosis import diagnose
 
