@@ -121,7 +121,7 @@ def train_through_a_wait(rank: int, world_size: int, case: str, stall_timeout: f
     - 'evaluation': alone after the step, in the 'validation' phase (metrics computed on
       rank 0), while the others wait in ``broadcast_object_list`` for its result.
 
-    Prints the stall watchdog's store operations at the end."""
+    Prints the stall watchdog's store operations, verdict reads and tick at the end."""
     slow_for = 2.5 * stall_timeout if slow_for is None else slow_for
     torch.manual_seed(0)
     ddp = GuardedDDP(CollectiveBranchToy('async_all_gather'), stall_timeout=stall_timeout)
@@ -142,7 +142,9 @@ def train_through_a_wait(rank: int, world_size: int, case: str, stall_timeout: f
             ddp.stall_position.enter('data')
     # Rank 0's process hosts the store: it must not leave while another rank still reads.
     dist.barrier()
-    print(f'STORE OPERATIONS {ddp.stall_watchdog.store_operations}', flush=True)
+    store = ddp.stall_watchdog.store
+    print(f'STORE OPERATIONS {store.operations} VERDICT READS {store.verdict_reads} '
+          f'TICK {ddp.stall_watchdog.tick}', flush=True)
 
 
 @HOOKS.register_module()

@@ -11,8 +11,8 @@ BUCKET = ('ddp', 0)
 SYNC_BN = ('refiner.1', 'PluginSyncBN2d', 'forward', 'projects/plugin/norm.py', 14)
 
 
-def _entry(index, issuer, op='all_reduce', numel=100, iteration=3, nth=1):
-    return [index, op, numel, iteration, nth, issuer]
+def _entry(index, issuer, op='all_reduce', numel=100, iteration=3, nth=1, digest=None):
+    return [index, op, numel, iteration, nth, issuer, digest]
 
 
 def _at(phase, entries=(), iteration=3, call=None, error=None):
@@ -119,3 +119,40 @@ def test_a_bad_stall_timeout_names_the_option_and_the_fix(single_rank_group, val
 
 def test_one_process_runs_no_watchdog(single_rank_group):
     assert GuardedDDP(nn.Linear(2, 2)).stall_watchdog is None
+
+
+def test_the_same_collective_in_another_iteration_is_no_difference():
+    """A joined rank's shadow all-reduce (torch's Join) or another thread's collective
+    carries another rank's iteration: the ranks still pair it, so the run goes on."""
+    positions = {0: _at('hooks', [_entry(0, BUCKET, iteration=7)], iteration=7),
+                 1: _at('hooks', [_entry(0, BUCKET, iteration=9)], iteration=9)}
+    assert not diagnose(positions, 180, blocking=False).stop
+
+
+def test_another_threads_collectives_are_not_held_to_the_training_iteration():
+    """Rank 1's saver thread issued a barrier on its own group that rank 0's has not yet:
+    rank 0 went on to the next iteration, which says nothing of that thread."""
+    saver = {'ranks 0,1 from thread saver': dict(issued=1, entries=[
+        _entry(0, (None, None, 'save', 'tools/saver.py', 3), 'barrier', None)])}
+    positions = {0: _at('forward', SAME, iteration=4), 1: _at('forward', SAME, iteration=3)}
+    positions[1]['groups'].update(saver)
+    positions[0]['groups']['ranks 0,1 from thread saver'] = dict(issued=0, entries=[])
+    assert not diagnose(positions, 180, blocking=False).stop
+    # The same on the training thread's group is a rank gone past it.
+    positions[1]['groups']['ranks 0,1'] = positions[1]['groups'].pop(
+        'ranks 0,1 from thread saver')
+    positions[0]['groups']['ranks 0,1'] = positions[0]['groups'].pop(
+        'ranks 0,1 from thread saver')
+    assert diagnose(positions, 180, blocking=False).stop
+
+
+def test_a_difference_older_than_the_kept_entries_shows_in_the_digests():
+    kept = [_entry(300, BUCKET, digest=11)]
+    positions = {0: _at('backward', kept),
+                 1: _at('backward', [_entry(300, BUCKET, digest=12)])}
+    diagnosis = diagnose(positions, 180, blocking=False)
+    assert diagnosis.stop
+    assert 'their collectives differ before their 301st (the digests of their sequences ' \
+        'differ' in diagnosis.text
+    positions[1] = _at('backward', kept)
+    assert not diagnose(positions, 180, blocking=False).stop

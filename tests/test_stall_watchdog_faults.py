@@ -9,6 +9,7 @@ import torch.nn as nn
 
 from mmdet3d_ddp_guard.core.stall_guard.rank_position import RankPosition
 from mmdet3d_ddp_guard.core.stall_guard.stall_watchdog import StallWatchdog
+from mmdet3d_ddp_guard.core.stall_guard.store_protocol import KEY_PREFIX, StallStore
 from tests.dist_utils import run_distributed
 
 TIMEOUT = 0.5
@@ -34,20 +35,22 @@ class FlakyStore:
 def _through_store_faults(rank, world_size):
     position = RankPosition(nn.Linear(2, 2))
     logs = []
-    watchdog = StallWatchdog(position, TIMEOUT, lambda message, error: logs.append(message))
-    store = watchdog._store = FlakyStore(watchdog._key_store())
+    store = FlakyStore(dist.PrefixStore(KEY_PREFIX + 'faults/',
+                                        dist.distributed_c10d._get_default_store()))
+    watchdog = StallWatchdog(position, TIMEOUT, lambda message, error: logs.append(message),
+                             StallStore(store, rank, list(range(world_size))), blocking=True)
     key = f'position/{rank}'
     position.start_forward(0)
     watchdog.look()  # it sees the move
     time.sleep(TIMEOUT + 0.1)
     watchdog.look()  # stalled: publishes and judges (both ranks busy outside collectives)
-    assert watchdog._published
+    assert watchdog._published_progress is not None
     published = json.loads(store.get(key))
     store.failing = True
     position.enter('backward')  # it moves while the store is down
     for _ in range(3):
         watchdog.look()
-    still_published = watchdog._published
+    still_published = watchdog._published_progress is not None
     store.failing = False
     watchdog.look()  # the store is back: the stale snapshot goes
     after = json.loads(store.get(key))

@@ -27,7 +27,7 @@ from ..core.guarded_wrapper import GuardedWrapper
 from ..core.stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
 from ..core.step_backwards import StepBackwards
 from ..core.usage_record import ParamUsageRecord
-from .stall_guard_end_hook import StallGuardEndHook
+from .stall_phase_hook import StallPhaseHook
 from .cpu_launch import CPUCompatibleMMDistributedDataParallel, ddp_arguments
 
 #: The config's own options for the guard: ``ddp_guard = dict(stall_timeout=300)``;
@@ -104,8 +104,9 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
     builds mmcv's own wrapper instead, unguarded), with the same verdicts from the ranks'
     recorded collectives: the phases it names are forward, backward, settling and optimizer
     step (the latter until the next forward: mmcv's hooks and data loading have no phase of
-    their own here). The watchdog stops at the end of the run (``StallGuardEndHook``, which
-    the wrapper registers on the runner that first calls its ``train_step``).
+    their own here), and checkpoint while the runner's ``save_checkpoint`` writes (a stop
+    waits for it). The watchdog stops at the end of the run (``StallPhaseHook``, which the
+    wrapper attaches to the runner that first calls its ``train_step``).
 
     **CPU.** A CPU module gets no ``device_ids`` (mmdet's ``build_ddp`` passes
     ``[LOCAL_RANK]``), and its DataContainer inputs are unwrapped as ``MMDataParallel``
@@ -153,8 +154,7 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
                 self._runner = weakref.ref(caller)
                 self._refuse_fp16_on_the_cpu(caller)
                 if self.stall_watchdog is not None:
-                    caller.register_hook(StallGuardEndHook(self.stall_watchdog),
-                                         priority='LOWEST')
+                    StallPhaseHook(self.stall_watchdog).attach(caller)
         with self._reporting():
             self.step_backwards.begin_step()
         with self.guarded_step():

@@ -199,3 +199,47 @@ def test_the_cpu_path_hands_the_model_what_the_gpu_path_does(single_rank_group):
     for config in (dict(), dict(ddp_guard=dict(enabled=False))):
         model = _build(Config(config), model=CameraShapes())
         model.train_step(batch, None)['loss'].backward()
+
+
+class _PhaseOnSave(nn.Linear):
+    """Notes the stall guard's phase while mmcv's save_checkpoint reads its weights."""
+
+    def __init__(self, position):
+        super().__init__(2, 2)
+        self.position, self.phases = position, []
+        # mmcv's get_state_dict runs a module's state-dict hooks, not its state_dict.
+        self._register_state_dict_hook(
+            lambda module, state, prefix, local: self.phases.append(position.phase))
+
+    def train_step(self, data, optimizer):  # what mmcv's runners require of a model
+        raise NotImplementedError
+
+
+def test_the_checkpoint_phase_is_published_while_mmcv_saves(tmp_path, single_rank_group):
+    """mmcv's own IterBasedRunner and save_checkpoint, with the wrapper's watchdog: the
+    rank's phase is 'checkpoint' while the file is written, and what it was before once
+    written; the run's end stops the watchdog."""
+    import logging
+
+    import torch.distributed as dist
+    from mmcv.runner import IterBasedRunner
+
+    from mmdet3d_ddp_guard.core.stall_guard import RankPosition, StallWatchdog
+    from mmdet3d_ddp_guard.core.stall_guard.store_protocol import KEY_PREFIX, StallStore
+    from mmdet3d_ddp_guard.openmmlab1.stall_phase_hook import StallPhaseHook
+
+    position = RankPosition(nn.Linear(2, 2))
+    position.enter('optimizer step')
+    model = _PhaseOnSave(position)
+    runner = IterBasedRunner(model, work_dir=str(tmp_path), logger=logging.getLogger('t'))
+    store = dist.PrefixStore(KEY_PREFIX + 'phase/', dist.distributed_c10d._get_default_store())
+    watchdog = StallWatchdog(position, 30, lambda text, error: None,
+                             StallStore(store, 0, [0]), blocking=True)
+    watchdog.start()
+    StallPhaseHook(watchdog).attach(runner)
+    runner.save_checkpoint(str(tmp_path), create_symlink=False)
+    assert model.phases == ['checkpoint']
+    assert position.phase == 'optimizer step'
+    assert torch.load(tmp_path / 'iter_1.pth')['state_dict'].keys() == {'weight', 'bias'}
+    runner.call_hook('after_run')
+    assert watchdog._stopped

@@ -9,8 +9,9 @@ Framework-free (torch and the standard library): the adapters (MMEngine's
 from .collective_log import CollectiveLog
 from .rank_position import RankPosition
 from .stall_diagnosis import Diagnosis, diagnose
-from .stall_watchdog import (KEY_PREFIX, NONBLOCKING_ENV, StallWatchdog, check_stall_timeout,
-                             collectives_block, watch_ranks)
+from .guard_start import NONBLOCKING_ENV, check_stall_timeout, collectives_block, watch_ranks
+from .stall_watchdog import StallWatchdog
+from .store_protocol import KEY_PREFIX
 
 #: Seconds without movement before a rank publishes its position (GuardedDDP's default).
 DEFAULT_STALL_TIMEOUT = 180.0

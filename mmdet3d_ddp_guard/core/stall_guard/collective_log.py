@@ -35,8 +35,10 @@ included): ``refiner.1 (PluginSyncBN2d).forward, projects/.../norm.py:14``. A co
 issued outside the model (a hook, the loss parsing) is placed by the first frame outside
 torch.
 """
+import functools
 import os
 import sys
+import threading
 from collections import deque
 from typing import Deque, Dict, List, Optional, Tuple
 
@@ -48,9 +50,12 @@ from .collective_functions import agreed_count, collective_functions
 
 #: ``torch.distributed``'s collectives on this torch (:mod:`.collective_functions`).
 COLLECTIVE_FUNCTIONS = collective_functions()
-#: Entries of each group kept for the snapshot: enough to hold a whole iteration's
-#: collectives of a detector (its SyncBN layers, its loss reductions, DDP's buckets).
-KEPT_PER_GROUP = 64
+#: Entries of each group kept for the snapshot: enough to hold two iterations'
+#: collectives of a detector with a SyncBN in every block (a ResNet-50's 53 BNs gather in
+#: the forward and reduce in the backward), its loss reductions and DDP's buckets, so that
+#: the first difference is still kept when a rank issued a whole iteration past it (NCCL).
+#: An older difference still shows in the entries' digests.
+KEPT_PER_GROUP = 256
 #: Frames walked up from a collective to find its issuer.
 _MAX_DEPTH = 64
 
@@ -59,16 +64,29 @@ _TORCH_DIRS = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, ) + tu
     os.path.abspath(module.__file__) for module in [sys.modules.get('typing_extensions')]
     if module is not None and getattr(module, '__file__', None))
 WORLD = 'world'
+#: Ends the group key of collectives issued by a Python thread other than the training
+#: thread (a checkpoint written in the background): a sequence of their own.
+OTHER_THREAD = ' from thread '
+# A number per op, the same in every process (str hashes are salted per process), so that
+# the ranks' digests compare.
+_OP_CODES = {op: code for code, op in enumerate(sorted(set(COLLECTIVE_FUNCTIONS)
+                                                         | {'all_reduce'}))}
 
 
 class CollectiveLog:
     """This rank's collectives per process group, numbered from the start of the run.
 
-    An entry is ``(index, op, numel, iteration, nth, issuer)``: ``index`` counts the group's
-    collectives from the first one recorded (the same on every rank while they pair),
-    ``numel`` is None where ranks may legitimately differ, ``nth`` counts this iteration's
-    collectives on every group from 1, and ``issuer`` is ``('ddp', bucket)`` or
-    ``(module, class, function, file, line)`` (module and class None outside the model).
+    An entry is ``(index, op, numel, iteration, nth, issuer, digest)``: ``index`` counts
+    the group's collectives from the first one recorded (the same on every rank while they
+    pair), ``numel`` is None where ranks may legitimately differ, ``nth`` counts this
+    iteration's collectives on every group from 1, ``issuer`` is ``('ddp', bucket)`` or
+    ``(module, class, function, file, line)`` (module and class None outside the model), and
+    ``digest`` hashes the ops and counts of the group's entries up to this one (equal on two
+    ranks whose sequences agree so far, entries no longer kept included).
+
+    The training thread's collectives (and those autograd runs for it on threads of its
+    own) are one sequence per group; another Python thread's are a sequence of their own
+    (``'world from thread saver'``), compared as such.
 
     Args:
         model (nn.Module): The wrapped model, whose submodules name the issuers.
@@ -79,8 +97,10 @@ class CollectiveLog:
         self.total = 0
         self.iteration = -1
         self._nth = 0
-        self._groups: Dict[str, List] = {}  # key -> [count, deque of entries]
+        # key -> [count, deque of entries, digest, digest before the last entry]
+        self._groups: Dict[str, List] = {}
         self._group_keys: Dict[int, Tuple[object, str]] = {}
+        self._training_thread = threading.current_thread()
         self._module_names = {id(module): name or '<model>'
                               for name, module in model.named_modules()}
         self._method_codes = _method_codes(model)
@@ -102,7 +122,14 @@ class CollectiveLog:
         if group is not None and group is not dist.group.WORLD and dist.get_rank(group) < 0:
             return None
         numel = agreed_count(args[0] if args else kwargs.get(counted)) if counted else None
-        return self._append(self._key(group), op, numel, self._issuer())
+        key = self._key(group)
+        thread = threading.current_thread()
+        # A thread that Python did not start (autograd's, a C++ hook's) works for the
+        # training thread; one that Python started is someone's own.
+        if thread is not self._training_thread and \
+                not isinstance(thread, threading._DummyThread):
+            key += OTHER_THREAD + thread.name
+        return self._append(key, op, numel, self._issuer())
 
     def take_back(self, entry: tuple) -> None:
         """Forgets ``entry``, the last recorded, whose call raised: nothing was issued."""
@@ -110,6 +137,7 @@ class CollectiveLog:
             if slot[1] and slot[1][-1] is entry:
                 slot[1].pop()
                 slot[0] -= 1
+                slot[2] = slot[3]  # the digest before it
                 self.total -= 1
                 self._nth -= 1
                 return
@@ -122,8 +150,9 @@ class CollectiveLog:
         """Per group: ``issued`` and the last entries, JSON-ready."""
         while True:
             try:
-                return {key: dict(issued=count, entries=[list(entry) for entry in entries])
-                        for key, (count, entries) in list(self._groups.items())}
+                return {key: dict(issued=slot[0], entries=[_published(entry)
+                                                           for entry in slot[1]])
+                        for key, slot in list(self._groups.items())}
             except RuntimeError:  # the training thread appended meanwhile: read again
                 continue
 
@@ -132,9 +161,11 @@ class CollectiveLog:
         self.total += 1
         slot = self._groups.get(key)
         if slot is None:
-            slot = self._groups[key] = [0, deque(maxlen=KEPT_PER_GROUP)]
+            slot = self._groups[key] = [0, deque(maxlen=KEPT_PER_GROUP), 0, 0]
         entries: Deque = slot[1]
-        entry = (slot[0], op, numel, self.iteration, self._nth, issuer)
+        slot[3] = slot[2]
+        slot[2] = hash((slot[2], _OP_CODES[op], numel))
+        entry = (slot[0], op, numel, self.iteration, self._nth, issuer, slot[2])
         entries.append(entry)
         slot[0] += 1
         return entry
@@ -149,8 +180,10 @@ class CollectiveLog:
         return known[1]
 
     def _issuer(self) -> tuple:
-        # Past _issuer, record_call, _recorded_call and the recording function.
-        frame = sys._getframe(4)
+        try:  # past _issuer, record_call, _recorded_call and the recording function
+            frame = sys._getframe(4)
+        except ValueError:  # a stack that shallow has no caller to name
+            return (None, None, '?', 'torch', 0)
         call_site = None
         for _ in range(_MAX_DEPTH):
             if frame is None:
@@ -168,14 +201,22 @@ class CollectiveLog:
         return call_site or (None, None, '?', 'torch', 0)
 
 
+def _published(entry: tuple) -> list:
+    """An entry as the snapshot holds it: its issuer's path as the words print it (the
+    same on every node, and short)."""
+    issuer = entry[5]
+    if issuer[0] != 'ddp':
+        issuer = issuer[:3] + (short_path(issuer[3]), ) + issuer[4:]
+    return list(entry[:5]) + [list(issuer), entry[6]]
+
+
 def describe(entry: list) -> str:
     """An entry in words: ``all_gather in refiner.1 (PluginSyncBN2d).forward,
     projects/x/norm.py:14, its 1st collective of iteration 3``."""
-    _, op, _, iteration, nth, issuer = entry
+    op, iteration, nth, issuer = entry[1], entry[3], entry[4], entry[5]
     if issuer[0] == 'ddp':
         return f"DDP's gradient bucket {issuer[1]} of iteration {iteration}"
     module, cls, function, path, line = issuer
-    path = short_path(path)  # here, not per collective: os.path.relpath costs microseconds
     where = (f'{op} in {module} ({cls}).{function}, {path}:{line}' if module is not None
              else f'{op} called from {path}:{line} in {function}')
     return f'{where}, its {ordinal(nth)} collective of iteration {iteration}'
@@ -187,9 +228,11 @@ def ordinal(number: int) -> str:
     return f'{number}{suffix}'
 
 
+@functools.lru_cache(maxsize=1024)
 def short_path(path: str) -> str:
     """The same on every node: from the package folder on for installed code, else the
-    path relative to the working directory."""
+    path relative to the working directory (when a snapshot is taken, not per collective:
+    ``os.path.relpath`` costs microseconds)."""
     marker = f'site-packages{os.sep}'
     if marker in path:
         return path.split(marker, 1)[1]

@@ -30,7 +30,7 @@ _COLLECTIVE_FILES = (os.path.join(_TORCH_DIR, 'distributed') + os.sep,
 _WRAPPER_FUNCTIONS = ('wrapper', '_exception_logger', 'inner', 'log_time')
 # The guard's recording functions, left out of the stack read.
 _RECORDING_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                               'collective_log.py')
+                               'recording_functions.py')
 
 
 # The position of the wrapper that stepped last in this process: the training thread is its.
@@ -78,7 +78,9 @@ class RankPosition:
     def is_current(self) -> bool:
         """Whether the training thread works for this position: no other wrapper of this
         process has stepped since this one did (a benchmark or a test holds several)."""
-        return _stepping is None or _stepping is self._self_ref
+        stepping = _stepping
+        # A wrapper that stepped and was collected (an evaluation model) holds nothing.
+        return stepping is None or stepping is self._self_ref or stepping() is None
 
     def move(self) -> None:
         """Progress inside a phase (a validation iteration)."""

@@ -6,10 +6,12 @@ holds on every backend:
 
 - a rank raised while the others wait for it;
 - the ranks' collectives differ (:class:`~.collective_log.CollectiveLog`): on some process
-  group, the n-th collective of one rank is not the n-th of another (another op, another
-  element count, another iteration), or one rank issued it in an iteration that another rank
-  has left without issuing it. Ranks pair collectives by order, so such ranks never meet, or
-  compute with the wrong partner.
+  group, the n-th collective of one rank is not the n-th of another (another op, or another
+  element count where every rank must pass the same; the iteration is not compared, as a
+  joined rank's or another thread's collectives carry another iteration), their sequences'
+  digests differ before the entries they keep, or one rank issued a collective of the
+  training thread in an iteration that another rank has left without issuing it. Ranks pair
+  collectives by order, so such ranks never meet, or compute with the wrong partner.
 
 On a backend whose collectives block the host until every rank has joined (gloo), the host
 positions are evidence too: when every rank waits in communication (inside a collective
@@ -25,9 +27,9 @@ who waits for whom and the run goes on.
 """
 import textwrap
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
-from .collective_log import WORLD, describe, ordinal
+from .collective_log import KEPT_PER_GROUP, OTHER_THREAD, WORLD, describe, ordinal
 from .rank_position import GRADIENT_PHASES
 
 NOT_ANSWERING = ('does not answer (still moving, gone, or stuck where its watchdog cannot '
@@ -50,11 +52,23 @@ class Diagnosis:
 
 
 def ranks_text(ranks: Sequence[int]) -> str:
-    """``rank 1``, ``ranks 0 and 2``, ``ranks 0, 2 and 3``."""
+    """``rank 1``, ``ranks 0 and 2``, ``ranks 0, 2 and 3``, ``ranks 0-511 and 513-1023``
+    (runs of four and more as a range: the words stay short at 1024 ranks)."""
     ranks = sorted(ranks)
     if len(ranks) == 1:
         return f'rank {ranks[0]}'
-    return f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
+    runs: List[List[int]] = []
+    for rank in ranks:
+        if runs and rank == runs[-1][-1] + 1:
+            runs[-1].append(rank)
+        else:
+            runs.append([rank])
+    parts: List[str] = []
+    for run in runs:
+        parts += [f'{run[0]}-{run[-1]}'] if len(run) >= 4 else [str(rank) for rank in run]
+    if len(parts) == 1:
+        return f'ranks {parts[0]}'
+    return f"ranks {', '.join(parts[:-1])} and {parts[-1]}"
 
 
 def _waits(ranks: Sequence[int]) -> str:
@@ -112,29 +126,45 @@ def first_mismatch(positions: Dict[int, dict]) -> Optional[str]:
         issued = {rank: _issued(p, group) for rank, p in members.items()}
         known_from = max((min(entries) if entries else issued[rank])
                          for rank, entries in published.items())
+        group_words = '' if group == WORLD else f' on the group of {group}'
+        if _differ_before(known_from, published):
+            return (f'their collectives{group_words} differ before their '
+                    f'{ordinal(known_from + 1)} (the digests of their sequences differ; the '
+                    f'entries each rank keeps, {KEPT_PER_GROUP} per group, begin past the '
+                    'first difference).')
+        training_thread = OTHER_THREAD not in group
         for index in range(known_from, max(issued.values(), default=0)):
-            words = _compare(index, published, issued, members)
+            words = _compare(index, published, issued, members, training_thread)
             if words is not None:
-                group_words = '' if group == WORLD else f' on the group of {group}'
                 return f'their {ordinal(index + 1)} collective{group_words} differs: {words}'
     return None
 
 
+def _differ_before(index: int, published: Dict[int, dict]) -> bool:
+    """Whether the ranks' entries at ``index`` agree while their digests (of every entry up
+    to it) do not: they differ before the kept entries."""
+    entries = [entries[index] for entries in published.values() if index in entries]
+    if len(entries) < 2 or any(len(entry) < 7 for entry in entries):
+        return False
+    return len({(entry[1], entry[2]) for entry in entries}) == 1 and \
+        len({entry[6] for entry in entries}) > 1
+
+
 def _compare(index: int, published: Dict[int, dict], issued: Dict[int, int],
-             ranks: Dict[int, dict]) -> Optional[str]:
+             ranks: Dict[int, dict], training_thread: bool) -> Optional[str]:
     entries = {rank: published[rank].get(index) for rank in ranks if issued[rank] > index}
     if any(entry is None for entry in entries.values()):
         return None  # older than a rank's kept entries: not comparable
     missing = sorted(rank for rank in ranks if issued[rank] <= index)
-    kinds: Dict[Tuple, List[int]] = {}
-    for rank, (_, op, numel, iteration, _, _) in sorted(entries.items()):
-        kinds.setdefault((op, iteration), []).append(rank)
+    ops = {entry[1] for entry in entries.values()}
     numels = {entry[2] for entry in entries.values() if entry[2] is not None}
     iterations = {entry[3] for entry in entries.values()}
-    # A rank that has not issued it yet may still do so, unless it left that iteration.
+    # A rank that has not issued it yet may still do so, unless it left that iteration (a
+    # rule of the training thread's collectives: another thread's carry no iteration of
+    # their own).
     gone_past = [rank for rank in missing if ranks[rank]['iteration'] > min(iterations)] \
-        if entries else []
-    if len(kinds) < 2 and len(numels) < 2 and not gone_past:
+        if entries and training_thread else []
+    if len(ops) < 2 and len(numels) < 2 and not gone_past:
         return None
     parts = []
     by_words: Dict[str, List[int]] = {}
@@ -185,8 +215,12 @@ def diagnose(positions: Dict[int, Optional[dict]], stalled_for: float,
     busy = sorted(rank for rank, p in answered.items()
                   if p['error'] is None and rank not in waiting)
     header = f'mmdet3d_ddp_guard stall guard: no rank has moved for {stalled_for:g} s.'
-    lines = ['Where each rank is:'] + [f'  rank {rank}: {_place(positions[rank])}'
-                                       for rank in sorted(positions)]
+    # Ranks at the same place share a line: one line per place, not per rank.
+    places: Dict[str, List[int]] = {}
+    for rank in sorted(positions):
+        places.setdefault(_place(positions[rank]), []).append(rank)
+    lines = ['Where each rank is:'] + [f'  {ranks_text(members)}: {place}'
+                                       for place, members in places.items()]
     causes = []
     if raised and len(raised) < len(positions):
         causes.append(f'{ranks_text(raised)} raised while the other ranks wait for '

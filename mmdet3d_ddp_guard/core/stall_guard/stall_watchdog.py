@@ -1,101 +1,49 @@
-"""The thread that turns a hang into a named error on every rank.
+"""The thread that turns a hang into a named error on every rank: when to look, and what
+to do with a verdict (the store's keys and operations are :mod:`.store_protocol`'s, the
+judgement :mod:`.stall_diagnosis`'s, the exit :mod:`.run_end`'s).
 
 While training runs, the watchdog wakes every ``tick`` seconds and compares one integer
 (:meth:`RankPosition.progress`) with the value it saw last: no store I/O, no collective,
 nothing on the training thread. Only when its rank has not moved for ``timeout`` seconds
-does it use the c10d store the run already has (under the key prefix
-``mmdet3d_ddp_guard/stall/``):
+does it use the c10d store the run already has:
 
-1. it publishes this rank's snapshot (again only when it changed), and reads the other
-   ranks' for up to ``answer_wait`` seconds, at growing intervals (a rank that has not
-   published by then is named as not answering);
-2. it judges them (:func:`diagnose`). Waiting that can end is logged once per stall and the
-   run goes on; the next judgement comes after 2, 4, 8 ... times the timeout (at most
-   :data:`MAX_BACKOFF`), and costs one store operation when no rank has published since
-   (a shared counter of changes). When the rank moves again its snapshot is withdrawn;
-3. positions that cannot meet end the run: the first rank to judge so publishes its
-   diagnosis, every rank logs that same text, runs the exit callbacks (the hook's files),
-   waits for a checkpoint this rank is writing (at most :data:`CHECKPOINT_WAIT`), writes
-   torchrun's error file, waits up to ``answer_wait`` for the other ranks to have read the
-   verdict (rank 0's process may host the store), and exits with code 1: the training
-   thread, blocked in C++, cannot be raised into.
+1. it publishes this rank's snapshot, and from then on reads the verdict key at every tick
+   (one operation), so that it acts on any rank's verdict within a tick;
+2. it asks for a judgement: the first rank to claim the round reads every snapshot (waiting
+   up to ``answer_wait`` for ranks that have not published; they are named as not
+   answering), judges them (:func:`diagnose`) and writes the verdict. Waiting that can end
+   is logged once per stall on every rank and the run goes on; the next judgement is asked
+   for after 2, 4, 8 ... times the timeout (at most :data:`MAX_BACKOFF`), and only when a
+   rank has published or withdrawn since (one operation). When the rank moves again its
+   snapshot is withdrawn;
+3. positions that cannot meet end the run: every rank logs the verdict's text and ends
+   (:mod:`.run_end`: it waits while a rank writes a checkpoint, and until every rank has
+   read the verdict, then exits with code 1).
 
-A rank whose training step raises publishes its error (a few store operations) and the
-error goes on up at once, with its traceback, as without the guard: torchrun then ends the
-other ranks, and any rank whose watchdog fires first names the error.
+A rank whose training step raises publishes its error (at most :data:`REPORT_WAIT` seconds,
+on a thread of its own, so that a hung store cannot hold the error back) and the error goes
+on up, with its traceback, as without the guard: torchrun then ends the other ranks, and
+any rank whose watchdog fires first names the error.
 
 Only the first guarded wrapper of a process that is alive has a watchdog: a second one (an
 evaluation model wrapped too) never judges.
 """
-import itertools
 import json
-import os
-import sys
 import threading
 import time
 import weakref
-from typing import Callable, Dict, List, Optional, Set
+from typing import Callable, List, Optional, Set
 
-import torch.distributed as dist
-
-from ..config_lines import ConfigLines
-from .recording_functions import activate, deactivate
 from .rank_position import RankPosition
+from .recording_functions import deactivate
 from .stall_diagnosis import diagnose
+from .run_end import CHECKPOINT_WAIT, end_run
+from .store_protocol import StallStore, Verdict
 
-KEY_PREFIX = 'mmdet3d_ddp_guard/stall/'
-EXIT_CODE = 1
 #: The longest wait between two judgements of one stall, in seconds.
 MAX_BACKOFF = 600.0
-#: The longest a stop waits for a checkpoint that its rank is writing, in seconds.
-CHECKPOINT_WAIT = 120.0
-#: Backends whose collectives block the calling thread until every rank has joined.
-BLOCKING_BACKENDS = ('gloo', )
-#: Tells the guard that collectives do not block the host, whatever the backend (``1``):
-#: a gloo run then judges as an NCCL run does (the tests emulate NCCL with it).
-NONBLOCKING_ENV = 'MMDET3D_DDP_GUARD_NONBLOCKING_COLLECTIVES'
-_MOVING = json.dumps(dict(moving=True))
-
-# The watchdog of this process, while its wrapper lives: a second wrapper gets none.
-_live_watchdog: Optional['weakref.ref'] = None
-
-
-def watch_ranks(position: RankPosition, timeout: Optional[float],
-                log: Callable[[str, bool], None],
-                process_group) -> Optional['StallWatchdog']:
-    """A wrapper's watchdog, started, with this rank's collectives recorded into
-    ``position``; None when the stall guard is off (``timeout`` None), the group has one
-    rank (nobody to wait for), or another wrapper of this process has the watchdog."""
-    global _live_watchdog
-    if timeout is None or dist.get_world_size(process_group) < 2:
-        return None
-    if _live_watchdog is not None and _live_watchdog() is not None:
-        return None
-    watchdog = StallWatchdog(position, timeout, log, process_group)
-    _live_watchdog = weakref.ref(watchdog)
-    activate(position.collectives)
-    # A wrapper collected without stop() (a benchmark's, a test's) records nothing after.
-    weakref.finalize(watchdog, deactivate, position.collectives)
-    watchdog.start()
-    return watchdog
-
-
-def collectives_block(process_group) -> bool:
-    """Whether the group's collectives block the host until every rank has joined: gloo's
-    do; NCCL's (and every other backend's, to be safe) return at once."""
-    if os.environ.get(NONBLOCKING_ENV) == '1':
-        return False
-    return dist.get_backend(process_group) in BLOCKING_BACKENDS
-
-
-def check_stall_timeout(timeout, lines: ConfigLines) -> None:
-    """At the adapter's boundary, where the option is read (the watchdog trusts it)."""
-    if timeout is None:
-        return
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f'{lines.wrapper}: stall_timeout must be a positive number of '
-                         f'seconds, or None to turn the stall guard off, not {timeout!r}; '
-                         f'e.g. {lines.option("stall_timeout", 600)}')
+#: The longest the training thread waits for its error to reach the store, in seconds.
+REPORT_WAIT = 2.0
 
 
 def default_answer_wait(timeout: float) -> float:
@@ -110,41 +58,44 @@ class StallWatchdog:
         position (RankPosition): This rank's position, updated by the training thread.
         timeout (float): Seconds without movement before the rank publishes its position.
         log (callable): ``log(message, is_error)``; the adapter's logger.
-        process_group: The group whose ranks are compared (default: the world).
+        store (StallStore): This rank's side of the store protocol.
+        blocking (bool): Whether the group's collectives block the host
+            (:func:`collectives_block`).
     """
 
     def __init__(self, position: RankPosition, timeout: float,
-                 log: Callable[[str, bool], None], process_group=None):
+                 log: Callable[[str, bool], None], store: StallStore, blocking: bool):
         self.position = position
         self.timeout = float(timeout)
         self.answer_wait = default_answer_wait(self.timeout)
         self.tick = min(1.0, self.timeout / 10)
-        self.rank = dist.get_rank(process_group)
-        self.world_size = dist.get_world_size(process_group)
-        # Global ranks address the store: every group's members share the default store.
-        self._global_ranks = _global_ranks(process_group, self.world_size)
-        self._store = None  # the default group's, prefixed; opened at the first stall
+        self.store = store
+        self.rank = store.rank
+        self.blocking = blocking
         self._log = log
         self._exit_callbacks: List[Callable[[], None]] = []
-        #: Store operations so far (the budget tests read it: none while nothing stalls).
-        self.store_operations = 0
-        # Ranks build their wrappers in the same order: the n-th one shares its keys.
-        self._prefix = f'{next(_WATCHDOGS_BUILT)}/'
-        self._published = False
-        # What this stall has logged already: another rank that moves and stalls again
-        # while this one stays still must not make it repeat itself.
-        self._logged: Set[str] = set()
+        # Serialises the store's use between this thread and report_exception's.
+        self._lock = threading.Lock()
         self._stopped = False
         self._ending = False
-        self.blocking = collectives_block(process_group)
         self._last_progress = position.progress()
-        self._backoff = self.timeout
-        self._judge_at = time.monotonic() + self.timeout
-        # The published snapshot's place and progress, and the change count the last
-        # judgement read.
-        self._published_place: Optional[tuple] = None
+        self._still_since = time.monotonic()
         self._published_progress: Optional[int] = None
-        self._changes_judged: Optional[int] = None
+        self._published_place: Optional[str] = None
+        # This stall's state: what it logged already (another rank that moves and stalls
+        # again while this one stays still must not make it repeat itself), the last
+        # verdict read, the round it claimed and did not win, when to ask for a judgement.
+        self._logged: Set[str] = set()
+        self._verdict: Optional[Verdict] = None
+        self._first_round = 0
+        self._claimed: Optional[int] = None
+        self._backoff = self.timeout
+        self._judge_at = 0.0
+
+    @property
+    def store_operations(self) -> int:
+        """Store operations so far (the budget tests read it: none while nothing stalls)."""
+        return self.store.operations
 
     def start(self) -> None:
         # The thread holds the watchdog weakly: it ends when the wrapper is collected.
@@ -152,13 +103,11 @@ class StallWatchdog:
                          name='mmdet3d_ddp_guard-stall-watchdog').start()
 
     def stop(self) -> None:
-        """Ends the thread, and withdraws this rank's snapshot (the end of a run)."""
-        global _live_watchdog
+        """Ends the thread, and withdraws this rank's snapshot (the end of a run: a wrapper
+        built after it gets a watchdog of its own)."""
         self._stopped = True
         deactivate(self.position.collectives)
-        if _live_watchdog is not None and _live_watchdog() is self:
-            _live_watchdog = None  # a wrapper built after the end of this run gets one
-        if self._published:
+        if self._published_progress is not None:
             try:
                 self._withdraw()  # the thread may not tick again before it sees the stop
             except Exception:  # noqa: B902 - the run is over; the store may be gone
@@ -172,198 +121,145 @@ class StallWatchdog:
 
     def look(self) -> None:
         """One tick: an integer compared while the rank moves; the store once it stalls.
-        A store operation that fails is logged once per stall and tried again later: the
-        thread never ends while its wrapper trains."""
+        A store operation that fails is logged once per stall and tried again at the next
+        tick: the thread never ends while its wrapper trains."""
         progress = self.position.progress()
         now = time.monotonic()
-        if progress != self._last_progress or not self.position.is_current():
-            self._last_progress = progress
-            self._backoff, self._judge_at = self.timeout, now + self.timeout
-        if self._published and (progress != self._published_progress
-                                or not self.position.is_current()):
+        current = self.position.is_current()
+        if progress != self._last_progress or not current:
+            self._last_progress, self._still_since = progress, now
+        if self._published_progress is not None and (progress != self._published_progress
+                                                     or not current):
             # A snapshot left in the store after the rank moved would be read by the others
             # as this rank stuck where it was: withdrawn before anything else, every tick
             # until the store takes it.
             self._store_operation(self._withdraw)
             return
-        if now < self._judge_at:
-            return
-        self._store_operation(self._judge_stall)
-        self._backoff = min(2 * self._backoff, MAX_BACKOFF)
-        self._judge_at = time.monotonic() + self._backoff
+        if now - self._still_since >= self.timeout:
+            self._store_operation(self._stalled_tick)
 
     def _store_operation(self, operation: Callable[[], None]) -> None:
         try:
-            operation()
+            with self._lock:
+                operation()
         except Exception as error:  # noqa: B902 - a broken store must not kill training
-            message = (f'mmdet3d_ddp_guard stall guard: cannot compare positions through the '
-                       f'store ({type(error).__name__}: {error}); it tries again later.')
-            if 'store fault' not in self._logged:
-                self._log(message, True)
-                self._logged.add('store fault')
+            self._log_once(f'mmdet3d_ddp_guard stall guard: cannot compare positions through '
+                           f'the store ({type(error).__name__}: {error}); it tries again '
+                           'at the next tick.', True, key='store fault')
 
-    def _judge_stall(self) -> None:
+    def _stalled_tick(self) -> None:
+        if self._published_progress is None:  # the first tick of this stall
+            self._verdict = self.store.verdict()
+            self._first_round = self._verdict.round + 1 if self._verdict else 0
+            self._publish(self.position.snapshot())
+            self._backoff, self._judge_at = self.timeout, 0.0
+        else:
+            self._verdict = self.store.verdict()
+        self._act_on(self._verdict)
+        if time.monotonic() >= self._judge_at:
+            self._ask_for_judgement()
+
+    def _act_on(self, verdict: Optional[Verdict]) -> None:
+        if verdict is None:
+            return
+        if verdict.stop:  # from any round: the other ranks are leaving
+            self._end_run(verdict)
+        if verdict.round >= self._first_round and verdict.text:
+            self._log_once(verdict.text, False)
+        if self._claimed is not None and verdict.round >= self._claimed:
+            self._claimed = None
+
+    def _ask_for_judgement(self) -> None:
         snapshot = self.position.snapshot()
         if _place(snapshot) != self._published_place:
-            self._publish(snapshot)
-        changes = self._add('changes', 0)
-        if changes == self._changes_judged:
-            return  # nobody published since the last judgement: the same verdict
-        verdict = self._read('verdict')
-        if verdict is not None:
-            self._end_run(verdict.decode())
-        positions = self._positions(snapshot, deadline=time.monotonic() + self.answer_wait)
+            self._publish(snapshot)  # the stack moved inside torch code: the new one
+        verdict = self._verdict
+        next_round = max(self._first_round, verdict.round + 1 if verdict else 0)
+        if self._claimed is not None:
+            # The round's judge has not answered within its time: it may have died.
+            next_round = max(next_round, self._claimed + 1)
+        elif verdict is not None and verdict.round >= self._first_round and \
+                self.store.changes() == verdict.changes:
+            self._back_off()  # nothing changed: the same verdict again
+            return
+        if self.store.claim(next_round):
+            self._claimed = None
+            self._judge(next_round, snapshot)
+            self._back_off()
+        else:
+            self._claimed = next_round
+            self._back_off(at_least=self.answer_wait + 4 * self.tick + 2.0)
+
+    def _back_off(self, at_least: float = 0.0) -> None:
+        """The next judgement is asked for after twice the last wait (at most
+        :data:`MAX_BACKOFF`), or ``at_least`` after a claim lost (its judge may die)."""
+        self._judge_at = time.monotonic() + max(self._backoff, at_least)
+        self._backoff = min(2 * self._backoff, MAX_BACKOFF)
+
+    def _judge(self, round_number: int, snapshot: dict) -> None:
+        positions = self.store.positions(snapshot, time.monotonic() + self.answer_wait,
+                                         self.tick)
+        changes = self.store.changes()
         diagnosis = diagnose(positions, self.timeout, self.blocking)
+        verdict = Verdict(round_number, changes, diagnosis.stop, diagnosis.text,
+                          checkpoint=sorted(rank for rank, p in positions.items()
+                                            if p is not None and p['phase'] == 'checkpoint'))
         if diagnosis.stop:
-            # A rank that moved withdraws its snapshot within a tick: read again after two,
-            # so that no run ends on a stale position.
+            # A rank that moved withdraws its snapshot within a tick: no run ends on a
+            # position that changed meanwhile; the next judgement reads them again.
             time.sleep(2 * self.tick)
-            confirmed = self._positions(self.position.snapshot(),
-                                        deadline=time.monotonic() + self.answer_wait)
-            if self.position.progress() != self._last_progress or any(
-                    _place(positions[rank]) != _place(confirmed[rank]) for rank in positions):
-                return
-            self._end_run(self._agree_on(diagnosis.text))
-        self._changes_judged = changes
-        if diagnosis.text not in self._logged:
-            self._log(diagnosis.text, False)
-            self._logged.add(diagnosis.text)
+            if self.store.changes() != changes or \
+                    self.position.progress() != self._last_progress:
+                verdict = Verdict(round_number, -1, False, '')
+        self.store.write_verdict(verdict)
+        self._verdict = verdict
+        self._act_on(verdict)
+
+    def _end_run(self, verdict: Verdict) -> None:
+        self._ending = True
+        end_run(self, verdict)
+
+    def _log_once(self, text: str, is_error: bool, key: Optional[str] = None) -> None:
+        if (key or text) not in self._logged:
+            self._log(text, is_error)
+            self._logged.add(key or text)
 
     # -- a rank that raised ---------------------------------------------------------------
 
     def report_exception(self, error: BaseException) -> None:
-        """From the training thread, before ``error`` goes on up: publishes it (a few store
-        operations) so that the other ranks name it when their watchdogs fire, and
-        returns at once."""
+        """From the training thread, before ``error`` goes on up: publishes it so that the
+        other ranks name it when their watchdogs fire; waits at most :data:`REPORT_WAIT`."""
         if self._ending:
             # The other ranks' exits broke this rank's collective; the watchdog is about
             # to end this process with the diagnosis: no second story on top of it.
             time.sleep(2 * self.answer_wait + CHECKPOINT_WAIT)
             return
         self.position.raised(error)
-        try:
-            self._publish(self.position.snapshot())
-        except Exception as store_error:  # noqa: B902 - the user's error comes first
-            self._log(f'mmdet3d_ddp_guard stall guard: could not tell the other ranks of this '
-                      f"rank's error ({type(store_error).__name__}: {store_error}).", True)
+        snapshot = self.position.snapshot()
+        reporter = threading.Thread(target=self._store_operation,
+                                    args=(lambda: self._publish(snapshot), ), daemon=True)
+        reporter.start()
+        reporter.join(REPORT_WAIT)
 
     # -- the store --------------------------------------------------------------------------
 
-    def _key_store(self):
-        if self._store is None:
-            self._store = dist.PrefixStore(KEY_PREFIX + self._prefix, _default_store())
-        return self._store
-
-    def _add(self, key: str, amount: int) -> int:
-        self.store_operations += 1
-        return self._key_store().add(key, amount)
-
-    def _set(self, key: str, value: str) -> None:
-        self.store_operations += 1
-        self._key_store().set(key, value)
-        # Readers ask this counter first: Store.check is torch >= 1.10, and a timed-out
-        # wait leaves torch 1.9's TCPStore client broken ("Socket Timeout" at the next call).
-        self._add(f'{key}.written', 1)
-
-    def _read(self, key: str) -> Optional[bytes]:
-        if self._add(f'{key}.written', 0) == 0:
-            return None
-        self.store_operations += 1
-        return self._key_store().get(key)
-
     def _publish(self, snapshot: dict) -> None:
         self._published_progress = self.position.progress()
-        self._set(f'position/{self._global_ranks[self.rank]}', json.dumps(snapshot))
-        self._published = True  # from here a failed write still needs withdrawing
-        self._add('changes', 1)
+        self.store.publish(snapshot)
         self._published_place = _place(snapshot)
 
     def _withdraw(self) -> None:
-        self._set(f'position/{self._global_ranks[self.rank]}', _MOVING)
-        self._add('changes', 1)
-        self._published = False
-        self._published_place = None
-        self._changes_judged = None
+        self.store.withdraw()
+        self._published_progress = self._published_place = None
+        self._verdict, self._claimed = None, None
         self._logged.clear()
 
-    def _positions(self, snapshot: dict, deadline: float) -> Dict[int, Optional[dict]]:
-        """Every rank's snapshot (this rank's ``snapshot``), None for ranks that have not
-        answered by ``deadline``; the unanswered ones are read again at doubling
-        intervals, so that a rank that never answers costs a few reads, not one a tick."""
-        positions: Dict[int, Optional[dict]] = {self.rank: snapshot}
-        interval = self.tick
-        while True:
-            for rank in range(self.world_size):
-                if positions.get(rank) is None:
-                    raw = self._read(f'position/{self._global_ranks[rank]}')
-                    answer = json.loads(raw) if raw is not None else None
-                    positions[rank] = None if answer is None or answer.get('moving') \
-                        else answer
-            if all(p is not None for p in positions.values()) or time.monotonic() > deadline:
-                return positions
-            time.sleep(interval)
-            interval *= 2
 
-    def _agree_on(self, text: str) -> str:
-        """The first rank's verdict, so that every rank logs the same words."""
-        if self._add('verdict_claims', 1) == 1:
-            self._set('verdict', text)
-            self._add('changes', 1)  # ranks that judged already read the verdict next time
-            return text
-        deadline = time.monotonic() + self.answer_wait
-        while time.monotonic() < deadline:
-            verdict = self._read('verdict')
-            if verdict is not None:
-                return verdict.decode()
-            time.sleep(self.tick / 4)
-        return text
-
-    def _wait_until_read(self) -> None:
-        """Counts this rank out and waits (bounded) for every rank to have done so."""
-        ended = self._add('ended', 1)
-        deadline = time.monotonic() + self.answer_wait
-        while ended < self.world_size and time.monotonic() < deadline:
-            time.sleep(self.tick / 4)
-            ended = self._add('ended', 0)
-
-    def _end_run(self, text: str) -> None:
-        self._ending = True
-        self._log(text, True)
-        self._wait_for_checkpoint(CHECKPOINT_WAIT)
-        for callback in self._exit_callbacks:
-            try:
-                callback()
-            except Exception as error:  # noqa: B902 - the exit must happen
-                self._log(f'mmdet3d_ddp_guard stall guard: an exit callback failed: '
-                          f'{type(error).__name__}: {error}', True)
-        _write_torchelastic_error_file(text)
-        try:
-            self._wait_until_read()
-        except Exception:  # noqa: B902 - the store's host may be gone already
-            pass
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(EXIT_CODE)
-
-
-    def _wait_for_checkpoint(self, bound: float) -> None:
-        """Lets a checkpoint that this rank is writing finish, at most ``bound`` seconds:
-        an exit in the middle would leave a half-written file."""
-        deadline = time.monotonic() + bound
-        while self.position.phase == 'checkpoint' and time.monotonic() < deadline:
-            time.sleep(self.tick)
-
-
-_WATCHDOGS_BUILT = itertools.count()
-
-
-def _place(snapshot: Optional[dict]) -> Optional[tuple]:
+def _place(snapshot: dict) -> str:
     """What must not change between two readings of a stalled rank (its stack included:
     a thread that computes inside torch.distributed code shows a different line)."""
-    if snapshot is None:
-        return None
-    return (snapshot['moves'], snapshot['phase'], snapshot['error'],
-            json.dumps(snapshot['call']), json.dumps(snapshot['groups']))
+    return json.dumps([snapshot['moves'], snapshot['phase'], snapshot['error'],
+                       snapshot['call'], snapshot['groups']])
 
 
 def _watch(watchdog_ref, tick: float) -> None:
@@ -378,35 +274,3 @@ def _watch(watchdog_ref, tick: float) -> None:
             watchdog._log(f'mmdet3d_ddp_guard stall guard: {type(error).__name__}: {error}; '
                           'it goes on watching.', True)
         del watchdog
-
-
-def _global_ranks(process_group, world_size: int) -> List[int]:
-    if process_group is None or process_group is dist.group.WORLD:
-        return list(range(world_size))
-    # Public from torch 2.0; the private name before.
-    to_global = getattr(dist.distributed_c10d, 'get_global_rank', None) \
-        or dist.distributed_c10d._get_global_rank
-    return [to_global(process_group, rank) for rank in range(world_size)]
-
-
-def _default_store():
-    """The store of the default process group: private, as torch has no public accessor,
-    and present on every torch the import accepts (1.9.1 to 2.14.1 run the stall tests)."""
-    return dist.distributed_c10d._get_default_store()
-
-
-def _write_torchelastic_error_file(text: str) -> None:
-    """torchrun shows this file in its ChildFailedError summary instead of '<N/A>' (what
-    it shows for a worker that exited without a Python traceback)."""
-    path = os.environ.get('TORCHELASTIC_ERROR_FILE')
-    if not path or os.path.exists(path):
-        return
-    # torchrun prints the call stack, not the message, in its summary.
-    message = dict(message=text, extraInfo=dict(py_callstack=text,
-                                                 timestamp=str(int(time.time()))))
-    try:
-        with open(path, 'w') as file:
-            json.dump(dict(message=message), file)
-    except OSError:
-        pass
-

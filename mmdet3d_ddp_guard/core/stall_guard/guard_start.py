@@ -1,0 +1,87 @@
+"""Starting a wrapper's stall guard: its option checked where the adapter reads it, and
+its watchdog built on the run's own store, one per process.
+"""
+import itertools
+import os
+import weakref
+from typing import Callable, List, Optional
+
+import torch.distributed as dist
+
+from ..config_lines import ConfigLines
+from .rank_position import RankPosition
+from .recording_functions import activate, deactivate
+from .stall_watchdog import StallWatchdog
+from .store_protocol import KEY_PREFIX, StallStore
+
+#: Backends whose collectives block the calling thread until every rank has joined.
+BLOCKING_BACKENDS = ('gloo', )
+#: Tells the guard that collectives do not block the host, whatever the backend (``1``):
+#: a gloo run then judges as an NCCL run does (the tests emulate NCCL with it).
+NONBLOCKING_ENV = 'MMDET3D_DDP_GUARD_NONBLOCKING_COLLECTIVES'
+
+# The watchdog of this process, while its wrapper lives: a second wrapper gets none.
+_live_watchdog: Optional['weakref.ref'] = None
+
+
+def watch_ranks(position: RankPosition, timeout: Optional[float],
+                log: Callable[[str, bool], None],
+                process_group) -> Optional['StallWatchdog']:
+    """A wrapper's watchdog, started, with this rank's collectives recorded into
+    ``position``; None when the stall guard is off (``timeout`` None), the group has one
+    rank (nobody to wait for), or another wrapper of this process has the watchdog."""
+    global _live_watchdog
+    if timeout is None or dist.get_world_size(process_group) < 2:
+        return None
+    live = _live_watchdog() if _live_watchdog is not None else None
+    if live is not None and not live._stopped:
+        return None
+    world_size = dist.get_world_size(process_group)
+    # Ranks build their wrappers in the same order: the n-th one shares its keys.
+    store = StallStore(dist.PrefixStore(f'{KEY_PREFIX}{next(_WATCHDOGS_BUILT)}/',
+                                        _default_store()),
+                       dist.get_rank(process_group), _global_ranks(process_group, world_size))
+    watchdog = StallWatchdog(position, timeout, log, store, collectives_block(process_group))
+    _live_watchdog = weakref.ref(watchdog)
+    activate(position.collectives)
+    # A wrapper collected without stop() (a benchmark's, a test's) records nothing after.
+    weakref.finalize(watchdog, deactivate, position.collectives)
+    watchdog.start()
+    return watchdog
+
+
+def collectives_block(process_group) -> bool:
+    """Whether the group's collectives block the host until every rank has joined: gloo's
+    do; NCCL's (and every other backend's, to be safe) return at once."""
+    if os.environ.get(NONBLOCKING_ENV) == '1':
+        return False
+    return dist.get_backend(process_group) in BLOCKING_BACKENDS
+
+
+def check_stall_timeout(timeout, lines: ConfigLines) -> None:
+    """At the adapter's boundary, where the option is read (the watchdog trusts it)."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f'{lines.wrapper}: stall_timeout must be a positive number of '
+                         f'seconds, or None to turn the stall guard off, not {timeout!r}; '
+                         f'e.g. {lines.option("stall_timeout", 600)}')
+
+
+
+_WATCHDOGS_BUILT = itertools.count()
+
+
+def _global_ranks(process_group, world_size: int) -> List[int]:
+    if process_group is None or process_group is dist.group.WORLD:
+        return list(range(world_size))
+    # Public from torch 2.0; the private name before.
+    to_global = getattr(dist.distributed_c10d, 'get_global_rank', None) \
+        or dist.distributed_c10d._get_global_rank
+    return [to_global(process_group, rank) for rank in range(world_size)]
+
+
+def _default_store():
+    """The store of the default process group: private, as torch has no public accessor,
+    and present on every torch the import accepts (1.9.1 to 2.14.1 run the stall tests)."""
+    return dist.distributed_c10d._get_default_store()
