@@ -11,10 +11,11 @@ launcher's. Every rank stops moving at once; two stalls per world size:
   size): a stop verdict (the exit is replaced by a note of its time; nothing else is).
 
 It prints, per stall: store operations of all ranks together per rank (``ops/rank``) up to
-the moment every rank has acted on the verdict, and of the judge alone; snapshot bytes read
-by the judge and by each other rank; and the seconds from the stall timeout to the moment
-every rank has logged (or ended on) the verdict. The watchdog's per-tick verdict read is in
-the operations (one a tick per rank while the stall lasts).
+the moment every rank has acted on the verdict, split into the reads of the verdict (one a
+tick per rank while the stall lasts) and the others (publishing, claiming, judging, counting
+out), and the judge's alone; snapshot bytes read by the judge and the most any other rank
+read; and the seconds from the stall timeout to the moment every rank has logged (or ended
+on) the verdict.
 
     .venv/bin/python benchmarks/bench_stall_store.py --world-sizes 8 64 256 1024
 """
@@ -94,12 +95,15 @@ def stall(world_size: int, case: str, timeout: float, host: str, port: int) -> d
     while time.monotonic() < deadline and any(w.acted_at is None for w in watchdogs):
         time.sleep(0.05)
     operations = sum(w.store.operations for w in watchdogs)
+    polls = sum(w.store.verdict_reads for w in watchdogs)
     judges = [w for w in watchdogs if w.judged]
     others = [w.store.bytes_read for w in watchdogs if not w.judged]
     acted = [w.acted_at for w in watchdogs if w.acted_at is not None]
     for watchdog in watchdogs:
         watchdog._stopped = True
     return dict(world_size=world_size, case=case, ops_per_rank=operations / world_size,
+                polls_per_rank=polls / world_size,
+                other_ops=(operations - polls) / world_size,
                 judges=len(judges), judge_ops=sum(w.store.operations for w in judges),
                 judge_bytes=sum(w.store.bytes_read for w in judges),
                 other_bytes=max(others) if others else 0,
@@ -115,12 +119,14 @@ def main():
     args = parser.parse_args()
     server = dist.TCPStore('127.0.0.1', 0, 1, True, datetime.timedelta(seconds=60))
     print(f'stall timeout {args.timeout:g} s; one TCPStore; W watchdog threads')
-    print(f"{'W':>5} {'stall':>9} {'ops/rank':>8} {'judges':>6} {'judge ops':>9} "
+    print(f"{'W':>5} {'stall':>9} {'ops/rank':>8} {'reads of the verdict':>20} "
+          f"{'other ops':>9} {'judges':>6} {'judge ops':>9} "
           f"{'judge KB':>8} {'other KB':>8} {'acted':>6} {'T to all (s)':>12}")
     for world_size in args.world_sizes:
         for case in ('slow rank', 'hang'):
             row = stall(world_size, case, args.timeout, '127.0.0.1', server.port)
             print(f"{row['world_size']:>5} {row['case']:>9} {row['ops_per_rank']:>8.2f} "
+                  f"{row['polls_per_rank']:>20.2f} {row['other_ops']:>9.2f} "
                   f"{row['judges']:>6} {row['judge_ops']:>9} {row['judge_bytes'] / 1e3:>8.1f} "
                   f"{row['other_bytes'] / 1e3:>8.2f} {row['acted']:>6} "
                   f"{row['seconds']:>12.2f}", flush=True)

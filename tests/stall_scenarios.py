@@ -94,18 +94,29 @@ def _wait_elsewhere(work) -> None:
 
 
 def train_into_a_hang(rank: int, world_size: int, pattern: str, branch_ranks: Sequence[int],
-                      stall_timeout: float, steps: int = 4, hang_iteration: int = 1) -> None:
+                      stall_timeout: float, steps: int = 4, hang_iteration: int = 1,
+                      caught: bool = False) -> None:
     """Trains under GuardedDDP; in ``hang_iteration`` only ``branch_ranks`` take the
-    branch of ``pattern`` (every rank takes it before, for the SyncBN pattern)."""
+    branch of ``pattern`` (every rank takes it before, for the SyncBN pattern). Prints
+    whether the guard judges the collectives as blocking the host. ``caught``: a rank whose
+    step raises catches the error and waits (a loop that retries later), so that the others
+    wait for it instead of seeing its process end."""
     torch.manual_seed(0)
     ddp = GuardedDDP(CollectiveBranchToy(pattern), stall_timeout=stall_timeout)
+    print(f'JUDGED AS BLOCKING {ddp.stall_watchdog.blocking}', flush=True)
     optim_wrapper = OptimWrapper(torch.optim.SGD(ddp.parameters(), lr=0.01))
     for iteration in range(steps):
         hangs = iteration == hang_iteration
         if hangs:
             print(f'{HANG_MARK} {time.time()}', flush=True)
         take_branch = rank in branch_ranks if hangs else pattern in SYNC_BN_PATTERNS
-        ddp.train_step(dict(inputs=torch.randn(4, 8), take_branch=take_branch), optim_wrapper)
+        try:
+            ddp.train_step(dict(inputs=torch.randn(4, 8), take_branch=take_branch),
+                           optim_wrapper)
+        except ValueError:
+            if not caught:
+                raise
+            time.sleep(120)  # not reached: the stall guard ends every rank
 
 
 def train_through_a_wait(rank: int, world_size: int, case: str, stall_timeout: float,

@@ -4,6 +4,7 @@ read from ``distributed_c10d``, and what it leaves out is documented; calls thro
 recording layer on real gloo ranks: the coalesced forms, a subgroup this rank is not in, a
 call that raises, an uneven all_gather, and the NCCL-only ``all_gather_single``."""
 import os.path as osp
+import threading
 
 import pytest
 import torch
@@ -59,6 +60,12 @@ def _record_calls(rank, world_size):
             dist.all_reduce(torch.ones(1), op='not an op')
         except (TypeError, RuntimeError, ValueError, AttributeError):
             pass
+        # A thread of the user's own (a background saver) on a group of its own.
+        saver_group = dist.new_group(list(range(world_size)))
+        saver = threading.Thread(target=dist.barrier, kwargs=dict(group=saver_group),
+                                 name='saver')
+        saver.start()
+        saver.join()
         snapshot = log.snapshot()
     finally:
         recording_functions.deactivate(log)
@@ -69,12 +76,18 @@ def _record_calls(rank, world_size):
 def test_calls_through_the_recording_layer_on_gloo_ranks():
     snapshots = run_distributed(_record_calls)
     for rank, snapshot in enumerate(snapshots):
-        assert list(snapshot) == ['world'], snapshot  # no subgroup entry: not a member
+        # No subgroup entry (not a member); the saver thread's barrier in a sequence of its
+        # own.
+        assert list(snapshot) == ['world', 'ranks 0,1 from thread saver'], snapshot
+        assert [entry[1] for entry in snapshot['ranks 0,1 from thread saver']['entries']] == \
+            ['barrier']
         entries = snapshot['world']['entries']
         assert [entry[1:3] for entry in entries] == [
             ['all_reduce_coalesced', 5], ['all_gather_coalesced', None], ['all_gather', None]]
         # Placed at this test's call, not in the deprecation decorator that wraps it.
         assert osp.basename(entries[1][5][3]) == 'test_collective_functions.py'
+    # The ranks' sequences agree: so do their digests.
+    assert snapshots[0]['world']['entries'][-1][6] == snapshots[1]['world']['entries'][-1][6]
 
 
 
@@ -110,3 +123,45 @@ def test_an_uneven_all_gather_then_rank_0_evaluating_is_no_hang(monkeypatch, blo
                             if rank else None)
                  for rank, snapshot in enumerate(snapshots)}
     assert not diagnose(positions, 180, blocking).stop
+
+
+def _torch_s_functions() -> dict:
+    return {op: getattr(getattr(dist, op), 'ddp_guard_original', getattr(dist, op))
+            for op in collective_functions() if hasattr(dist, op)}
+
+
+def test_the_last_deactivation_puts_torch_s_functions_back():
+    """Recording only while a log is active; the next activation reinstalls the same
+    recording functions (a compiled frame's guard on them holds)."""
+    torch_s = _torch_s_functions()
+    log = CollectiveLog(torch.nn.Linear(2, 2))
+    recording_functions.activate(log)
+    try:
+        recording = {op: getattr(dist, op) for op in torch_s}
+        assert all(recording[op] is not torch_s[op] for op in torch_s)
+    finally:
+        recording_functions.deactivate(log)
+    assert {op: getattr(dist, op) for op in torch_s} == torch_s
+    assert dist.all_reduce is dist.distributed_c10d.all_reduce
+    recording_functions.activate(log)
+    try:
+        assert {op: getattr(dist, op) for op in torch_s} == recording
+    finally:
+        recording_functions.activate(None)  # recording nothing: torch's functions too
+    assert {op: getattr(dist, op) for op in torch_s} == torch_s
+
+
+def test_the_recording_functions_pickle_as_torch_s():
+    """By reference to ``torch.distributed``, which a process without the guard (or this
+    one once the guard stops) resolves to torch's function."""
+    import pickle
+    torch_s = _torch_s_functions()
+    log = CollectiveLog(torch.nn.Linear(2, 2))
+    recording_functions.activate(log)
+    try:
+        pickled = {op: pickle.dumps(getattr(dist, op)) for op in torch_s}
+        assert all(pickle.loads(pickled[op]) is getattr(dist, op) for op in torch_s)
+    finally:
+        recording_functions.deactivate(log)
+    assert not any(b'mmdet3d_ddp_guard' in data for data in pickled.values())
+    assert {op: pickle.loads(data) for op, data in pickled.items()} == torch_s

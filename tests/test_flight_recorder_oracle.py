@@ -308,8 +308,8 @@ def run_every_mode(rank: int, world_size: int, work_dir: str, unrecorded: List[s
     and the flight recorder's entries between the marks (GuardedDDP built, record started,
     record stopped)."""
     from mmdet3d_ddp_guard import GuardedDDP
-    from mmdet3d_ddp_guard.core.stall_guard import (collective_log, recording_functions,
-                                                    stall_watchdog)
+    from mmdet3d_ddp_guard.core.stall_guard import (collective_log, guard_start,
+                                                    recording_functions, stall_watchdog)
 
     collective_log.KEPT_PER_GROUP = KEPT
     if unrecorded:  # the oracle's own check: a record that misses these functions
@@ -320,7 +320,7 @@ def run_every_mode(rank: int, world_size: int, work_dir: str, unrecorded: List[s
     marks: Dict[str, Dict] = {}
     current: Dict = {}
     original_init = GuardedDDP.__init__
-    original_activate, original_deactivate = stall_watchdog.activate, stall_watchdog.deactivate
+    original_activate, original_deactivate = guard_start.activate, stall_watchdog.deactivate
 
     def init(self, *args, **kwargs):
         current['built'] = _last_seq_ids()
@@ -338,12 +338,12 @@ def run_every_mode(rank: int, world_size: int, work_dir: str, unrecorded: List[s
         original_deactivate(log)
 
     GuardedDDP.__init__ = init
-    stall_watchdog.activate, stall_watchdog.deactivate = activate, deactivate
+    guard_start.activate, stall_watchdog.deactivate = activate, deactivate
     try:
         decisions = _train_every_mode(rank, work_dir, current, marks)
     finally:
         GuardedDDP.__init__ = original_init
-        stall_watchdog.activate, stall_watchdog.deactivate = \
+        guard_start.activate, stall_watchdog.deactivate = \
             original_activate, original_deactivate
     keys = _group_keys()
     entries = _fr_entries()

@@ -37,10 +37,12 @@ def _diagnosis(output: str) -> str:
     return output[start:end]
 
 
-def _hang(pattern, world_size, branch_ranks):
-    """Every rank ends with code 1 within the timeout plus the bound, with one diagnosis."""
+def _hang(pattern, world_size, branch_ranks, nonblocking=False, **kwargs):
+    """Every rank ends with code 1 within the timeout plus the bound, with one diagnosis,
+    judged as blocking the host unless ``nonblocking``."""
     ranks = run_until_exit(train_into_a_hang, pattern, branch_ranks, STALL_TIMEOUT,
-                           world_size=world_size, timeout=120)
+                           world_size=world_size, timeout=120, **kwargs)
+    assert all(f'JUDGED AS BLOCKING {not nonblocking}' in rank.output for rank in ranks)
     hang_starts = max(float(re.search(rf'{HANG_MARK} ([0-9.]+)', rank.output).group(1))
                       for rank in ranks)
     seconds = [rank.ended_at - hang_starts for rank in ranks]
@@ -75,8 +77,8 @@ def test_sync_bn_in_a_branch_some_ranks_skip(request, monkeypatch, backend, worl
     """A codebase's own synchronised BN (a class the guard does not know), run by rank 1
     only in iteration 1 (its all-gather and one gradient bucket per iteration before): the
     ranks' 3rd collectives differ, named by module and bucket."""
-    _emulated(request, monkeypatch)
-    diagnosis, _ = _hang('plugin_sync_bn_branch', world_size, [1])
+    nonblocking = _emulated(request, monkeypatch)
+    diagnosis, _ = _hang('plugin_sync_bn_branch', world_size, [1], nonblocking)
     assert (f"The ranks cannot meet: their 3rd collective differs: {skipping}: DDP's "
             'gradient bucket 0 of iteration 1') in diagnosis
     assert 'rank 1: all_gather in refiner.1 (PluginSyncBN1d).forward, ' \
@@ -103,8 +105,8 @@ def test_mmdet3d_naive_sync_bn_in_a_branch():
                          ids=['2_ranks', '4_ranks'])
 def test_a_loss_term_reduced_on_some_ranks_only(request, monkeypatch, backend, world_size,
                                                 branch_ranks):
-    _emulated(request, monkeypatch)
-    diagnosis, _ = _hang('loss_all_reduce', world_size, branch_ranks)
+    nonblocking = _emulated(request, monkeypatch)
+    diagnosis, _ = _hang('loss_all_reduce', world_size, branch_ranks, nonblocking)
     reducing = ranks_text(branch_ranks)
     assert re.search(r'The ranks cannot meet: their \d+\w\w collective differs: ', diagnosis)
     assert f'{reducing}: all_reduce in <model> (CollectiveBranchToy).forward, ' \
@@ -128,11 +130,15 @@ def test_a_rank_that_raises_while_the_others_wait(world_size):
     for rank in ranks:
         assert rank.exitcode != 0 and rank.ended_at - hang_starts < STALL_TIMEOUT + scaled(
             BOUND)
-    waiting = [rank.output for rank in ranks[:1] + ranks[2:]]
-    named = [out for out in waiting if 'rank 1 raised while the other ranks wait' in out]
-    for out in named:
-        assert 'rank 1: raised ValueError: this rank cannot read its batch (iteration 1, ' \
-            'forward)' in out
+
+
+def test_a_rank_whose_caught_error_leaves_the_others_waiting_is_named():
+    """Rank 1's step raises and its loop catches the error and waits: the others wait for
+    it in the refiner's collective. Every rank names rank 1's error and ends the run."""
+    diagnosis, _ = _hang('raises', 2, [1], caught=True)
+    assert 'rank 1 raised while the other ranks wait for it.' in diagnosis
+    assert 'rank 1: raised ValueError: this rank cannot read its batch (iteration 1, ' \
+        'forward)' in diagnosis
 
 
 @pytest.mark.parametrize('world_size,wait_for_data,wait_for_checkpoint', [

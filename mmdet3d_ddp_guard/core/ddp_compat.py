@@ -78,3 +78,22 @@ def set_static_graph(ddp: torch.nn.parallel.DistributedDataParallel,
     has it (``tests/test_torch_versions.py`` checks that on the torch at hand)."""
     if static_graph and not STATIC_GRAPH_ARGUMENT:
         ddp._set_static_graph()
+
+
+def untraced(function):
+    """``function`` as ``torch.compile`` must see it: called without tracing it or anything
+    it calls, in exactly one more Python frame (the stall guard reads a collective's issuer
+    at a fixed depth). Where a compiled frame calls the guard's own work (the comm hook
+    from a compiled ``train_step``'s backward, the record, the Runner's hook at the first
+    step), tracing it would guard on what it reads and changes, which differs at each call:
+    a recompile per call."""
+    disable = getattr(getattr(torch, 'compiler', None), 'disable', None)  # torch >= 2.1
+    if disable is None and hasattr(torch, 'compile'):
+        from torch import _dynamo  # torch 2.0
+        disable = _dynamo.disable
+    if disable is not None:
+        return disable(function)
+
+    def passed_through(*args, **kwargs):  # torch 1.x: no compiler
+        return function(*args, **kwargs)
+    return passed_through

@@ -13,7 +13,7 @@ from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 
 from ..core.config_lines import MMENGINE_LINES
-from ..core.ddp_compat import set_static_graph, static_graph_arguments
+from ..core.ddp_compat import set_static_graph, static_graph_arguments, untraced
 from ..core.decision_policy import (FIND_UNUSED, DecisionPolicy, configured_accumulation,
                                     not_given, resolve_request)
 from ..core.forward_collectives import forward_collectives_warning
@@ -230,6 +230,7 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
                 detect_anomalous_params(parsed_loss, model=self)
         return log_vars
 
+    @untraced  # inside a compiled train_step: traced, it would be a frame of its own
     def _add_stall_phase_hook(self) -> None:
         """Once, at the first step (the Runner registers its hooks after building us)."""
         from .hooks.stall_phase_hook import StallPhaseHook

@@ -2,85 +2,133 @@
 
 They call torch's originals, and append to the one active
 :class:`~.collective_log.CollectiveLog` (the stall guard's of this process) while there is
-one; under a ``torch.compile`` trace they record nothing, so that Dynamo compiles what it
-compiles without the guard.
+one. They are in the ``torch.distributed`` namespace only while a log is active: the first
+:func:`activate` puts them there, and :func:`deactivate` of the last active log puts torch's
+functions back (the next activation reinstalls the same recording functions). They pickle
+as a reference to ``torch.distributed.<name>``, which any process resolves without this
+package.
+
+Under ``torch.compile``, a traced call records nothing, so that Dynamo compiles what it
+compiles without the guard (see :func:`_recording`); a call that Dynamo cannot trace runs
+outside the graph, where it is recorded as without a compiler.
 """
 import functools
-from typing import Optional
+from typing import Callable, Dict, Optional
 
 import torch
 import torch.distributed as dist
 
-from ..ddp_compat import is_compiling
+from ..ddp_compat import is_compiling, untraced
 from .collective_log import COLLECTIVE_FUNCTIONS, CollectiveLog
 
 # The log of the guarded wrapper whose stall guard runs in this process (one at a time).
 _active: Optional[CollectiveLog] = None
+# The recording function of each collective, built once per process: reinstalled, not
+# rebuilt, so that a compiled frame's guard on ``dist.all_reduce`` holds across runs.
+_recording_functions: Dict[str, Callable] = {}
 
 
 def activate(log: Optional[CollectiveLog]) -> None:
-    """Makes ``log`` the one the recording functions write to (None: record nothing)."""
+    """Makes ``log`` the one the recording functions write to (None: record nothing, and
+    torch's own functions back in ``torch.distributed``)."""
     global _active
     if log is not None:
         record_collectives()
     _active = log
+    if log is None:
+        restore_collectives()
 
 
 def deactivate(log: CollectiveLog) -> None:
-    """Stops recording into ``log``, if it is the active one."""
+    """Stops recording into ``log``, if it is the active one; with no log active any more,
+    ``torch.distributed`` holds torch's own functions again."""
     global _active
     if _active is log:
         _active = None
-
-
-def _recording(op: str, original):
-    @functools.wraps(original)
-    def collective(*args, **kwargs):
-        # is_compiling() first: under a trace Dynamo folds it and never reads the log, so
-        # it traces the original call alone.
-        if not is_compiling() and _active is not None:
-            return _recorded_call(_active, op, original, args, kwargs)
-        return original(*args, **kwargs)
-    collective.ddp_guard_original = original
-    return _as_dynamo_sees(original, collective)
-
-
-def _recorded_call(log: CollectiveLog, op: str, original, args: tuple, kwargs: dict):
-    entry = log.record_call(op, args, kwargs)
-    try:
-        return original(*args, **kwargs)
-    except BaseException:
-        if entry is not None:
-            log.take_back(entry)
-        raise
-
-
-def _as_dynamo_sees(original, collective):
-    """``collective`` such that ``torch.compile`` does with it what it does with
-    ``original``: Dynamo traces the collectives it can rewrite into its graph
-    (``traceable_collective_remaps``, which grew from torch 2.1 to 2.13) through the
-    recording function, which it inlines; at any other it breaks the graph, and would then
-    compile the recording function as a frame of its own (one frame more than without the
-    guard, seen on torch 2.1), so that one is disabled for Dynamo: the break falls where it
-    fell."""
-    dynamo = getattr(torch, '_dynamo', None)
-    if dynamo is None or not hasattr(dynamo, 'disable'):
-        return collective  # torch 1.x: no compiler
-    try:
-        from torch.distributed._functional_collectives import traceable_collective_remaps
-    except ImportError:
-        traceable_collective_remaps = {}
-    if original in traceable_collective_remaps:
-        return collective
-    disabled = dynamo.disable(collective)
-    disabled.ddp_guard_original = original
-    return disabled
+        restore_collectives()
 
 
 def record_collectives() -> None:
-    """Replaces the collective functions of ``torch.distributed`` with recording ones,
-    once per process; they call the originals, and record only while a log is active."""
+    """Replaces the collective functions of ``torch.distributed`` with recording ones; they
+    call the originals, and record only while a log is active."""
     for op in COLLECTIVE_FUNCTIONS:
-        original = getattr(dist, op, None)
-        if original is not None and not hasattr(original, 'ddp_guard_original'):
-            setattr(dist, op, _recording(op, original))
+        current = getattr(dist, op, None)
+        if current is None or hasattr(current, 'ddp_guard_original'):
+            continue
+        recording = _recording_functions.get(op)
+        if recording is None or recording.ddp_guard_original is not current:
+            recording = _recording_functions[op] = _recording(op, current)
+        setattr(dist, op, recording)
+    _not_compiled_on_their_own()
+
+
+def restore_collectives() -> None:
+    """Puts torch's functions back where the recording ones are (a function someone else
+    put in their place since stays)."""
+    for op, recording in _recording_functions.items():
+        if getattr(dist, op, None) is recording:
+            setattr(dist, op, recording.ddp_guard_original)
+
+
+def _recording(op: str, original):
+    """The recording function of ``op``, which calls ``original``.
+
+    Under ``torch.compile``: Dynamo inlines it, and since ``is_compiling()`` comes first
+    it traces the original call alone, guarding on nothing of the record. What Dynamo can
+    rewrite into its graph (``traceable_collective_remaps``: all_reduce, all_gather, ...,
+    with ``async_op=False``) is compiled as without the guard and not recorded, on every
+    rank alike. Where it cannot (``async_op=True``, broadcast, barrier, the ``*_object``
+    forms), it breaks the graph at the caller's call, where it breaks without the guard,
+    and runs this function outside the graph; Dynamo never compiles it as a frame of its
+    own (:func:`_not_compiled_on_their_own`), so it runs as without a compiler: it records,
+    and Dynamo evaluates the original call as it does without the guard. The record itself
+    is never traced (``_record``)."""
+    @functools.wraps(original)
+    def collective(*args, **kwargs):
+        if is_compiling():
+            return original(*args, **kwargs)
+        log = _active
+        if log is None:
+            return original(*args, **kwargs)
+        # _issuer reads the caller four frames up: itself, record_call, _record's one
+        # frame, this one.
+        entry = _record(log, op, args, kwargs)
+        try:
+            return original(*args, **kwargs)
+        except BaseException:
+            if entry is not None:
+                _take_back(log, entry)
+            raise
+    collective.ddp_guard_original = original
+    # Pickled by reference, as torch's are: ``torch.distributed.<op>`` is this function
+    # while it is installed (functools.wraps named c10d's module, which holds the original).
+    collective.__module__ = dist.__name__
+    collective.__qualname__ = op
+    return collective
+
+
+_record = untraced(CollectiveLog.record_call)
+_take_back = untraced(CollectiveLog.take_back)
+
+
+def _not_compiled_on_their_own() -> None:
+    """Has Dynamo run the recording functions (one code object) as plain Python where it
+    meets them outside a trace (after a graph break), instead of compiling each as a frame
+    of its own: one frame more than without the guard, which would also fold
+    ``is_compiling()`` and leave the call unrecorded. Dynamo still inlines them into the
+    frames it traces. The wrapper of ``_record`` is marked alike: Dynamo would only skip
+    it at its first call (a frame counted that the guard off does not have), and so is
+    ``is_compiling`` (torch 2.0 to 2.2 count its frame: no tensor, skipped). Done at each
+    activation: ``torch._dynamo.reset()`` may forget the marks."""
+    eval_frame = getattr(getattr(torch, '_dynamo', None), 'eval_frame', None) \
+        if hasattr(torch, 'compile') else None
+    skip_code = getattr(eval_frame, 'skip_code', None)
+    if skip_code is None:
+        return  # torch 1.x: no compiler
+    for function in (_recording_functions.get(op) for op in COLLECTIVE_FUNCTIONS):
+        if function is not None:
+            skip_code(function.__code__)
+            break
+    skip_code(_record.__code__)
+    if hasattr(is_compiling, '__code__'):
+        skip_code(is_compiling.__code__)
