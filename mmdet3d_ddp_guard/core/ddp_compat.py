@@ -15,6 +15,7 @@ hand, and the version matrix runs each side of each gate):
 - DDP's ``static_graph`` argument is new in torch 1.11; torch 1.9 and 1.10 have the private
   ``DistributedDataParallel._set_static_graph()``, to be called before the first forward.
 """
+import functools
 from typing import Dict, List, Union
 
 import torch
@@ -94,6 +95,8 @@ def untraced(function):
     if disable is not None:
         return disable(function)
 
-    def passed_through(*args, **kwargs):  # torch 1.x: no compiler
+    # torch 1.x: no compiler. Its signature stays the function's (DDP reads a comm hook's).
+    @functools.wraps(function)
+    def passed_through(*args, **kwargs):
         return function(*args, **kwargs)
     return passed_through
