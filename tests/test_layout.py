@@ -61,3 +61,16 @@ def test_an_adapter_imports_its_framework_and_not_the_other_adapter(adapter):
             assert module.split('.')[0] in ADAPTERS[adapter], (path, module)
         if adapter == 'openmmlab2':
             assert not module.startswith(MMCV1_ONLY), (path, module)
+
+
+def test_each_stall_guard_module_is_short_and_says_what_it_owns():
+    """The stall guard's modules (the thread, the store protocol, the record, the
+    judgement, the exit) each stay under 300 lines and open with what they own."""
+    folder = osp.join(PACKAGE, 'core', 'stall_guard')
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith('.py'):
+            continue
+        with open(osp.join(folder, name)) as file:
+            source = file.read()
+        assert source.count('\n') < 300, name
+        assert ast.get_docstring(ast.parse(source)), name
