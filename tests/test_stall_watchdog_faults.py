@@ -8,7 +8,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from mmdet3d_ddp_guard.core.stall_guard.rank_position import RankPosition
-from mmdet3d_ddp_guard.core.stall_guard.stall_watchdog import StallWatchdog
+from mmdet3d_ddp_guard.core.stall_guard.stall_watchdog import REPORT_WAIT, StallWatchdog
 from mmdet3d_ddp_guard.core.stall_guard.store_protocol import KEY_PREFIX, StallStore
 from tests.dist_utils import run_distributed
 
@@ -82,3 +82,39 @@ def test_a_failing_store_neither_ends_the_watchdog_nor_leaves_a_stale_snapshot()
         assert 'RuntimeError: store unreachable (simulated)' in faults[0]
         assert result['looks'] >= 3
         assert any('it goes on watching' in log for log in result['logs'])
+
+
+class HungStore:
+    """The real store; every operation blocks for a minute while ``hung`` is set."""
+
+    def __init__(self, store):
+        self.store, self.hung = store, False
+
+    def __getattr__(self, name):
+        operation = getattr(self.store, name)
+
+        def call(*args, **kwargs):
+            if self.hung:
+                time.sleep(60)
+            return operation(*args, **kwargs)
+        return call
+
+
+def test_a_rank_that_raises_publishes_its_error_and_a_hung_store_cannot_hold_it(
+        single_rank_group):
+    """report_exception, from the training thread before the error goes on up: the error's
+    snapshot is in the store for the other ranks' judge; on a store that hangs it returns
+    after REPORT_WAIT, so that the error and its traceback are never held back."""
+    store = HungStore(dist.PrefixStore(KEY_PREFIX + 'report/',
+                                       dist.distributed_c10d._get_default_store()))
+    position = RankPosition(nn.Linear(2, 2))
+    watchdog = StallWatchdog(position, 30.0, lambda message, error: None,
+                             StallStore(store, 0, [0]), blocking=True)
+    watchdog.report_exception(ValueError('this rank cannot read its batch'))
+    published = watchdog.store.position(0)  # what the judge reads (None where unpublished)
+    assert published is not None and \
+        published['error'] == 'ValueError: this rank cannot read its batch'
+    store.hung = True
+    started = time.monotonic()
+    watchdog.report_exception(ValueError('again'))
+    assert time.monotonic() - started < REPORT_WAIT + 1.0
