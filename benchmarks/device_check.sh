@@ -6,7 +6,10 @@
 #   1. the training-equivalence tests (every unused-parameter case, SGD and AdamW, AMP with
 #      a real CUDA GradScaler) with 2 gloo ranks sharing the GPU, then NCCL at world size 1;
 #   2. the step-time benchmark on a CenterPoint-sized BEV conv net, bf16 autocast, NCCL at
-#      world size 1 and 2 gloo ranks on the one GPU.
+#      world size 1 and 2 gloo ranks on the one GPU;
+#   3. torch's own SyncBatchNorm on NCCL through the stall guard's record (all_gather_single
+#      on torch 2.13 and 2.14), and on 2 GPUs or more a SyncBatchNorm in a branch that one
+#      rank skips, ended and named by the stall guard (benchmarks/nccl_sync_bn_record.py).
 set -uo pipefail
 OUT=${OUT:-/tmp/ddp_guard_device}
 mkdir -p "$OUT"
@@ -34,3 +37,7 @@ python3 -m torch.distributed.run --nproc_per_node 1 $BENCH --backend nccl \
 python3 -m torch.distributed.run --nproc_per_node 2 $BENCH --backend gloo \
   --out "$OUT/bench_gloo_2ranks.json" 2>&1 | grep -v "GuardedDDP decision\|^  " \
   | tail -16 | tee "$OUT/bench_gloo_2ranks.txt"
+
+GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
+python3 -m torch.distributed.run --nproc_per_node "$GPUS" benchmarks/nccl_sync_bn_record.py \
+  2>&1 | grep -v "^  " | tail -30 | tee "$OUT/nccl_sync_bn_record.txt"
