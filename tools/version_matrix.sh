@@ -51,7 +51,7 @@ TESTS=(
   tests/test_collective_functions.py::test_what_is_left_out_is_said_in_the_limits
   tests/test_collective_functions.py::test_only_the_counts_every_rank_must_pass_alike_are_compared
   # The record against torch's flight recorder, where torch has one (2.14 here; skipped before).
-  tests/test_flight_recorder_oracle.py
+  tests/test_flight_recorder_oracle.py tests/test_join_under_the_guard.py
   tests/test_three_rank_rounding.py
   tests/test_guarded_ddp_training.py tests/test_guarded_ddp_options.py
   tests/test_collective_budget.py tests/test_unused_params_hook.py
