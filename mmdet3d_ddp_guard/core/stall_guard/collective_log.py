@@ -13,11 +13,10 @@ What is recorded, and how:
   (:mod:`.collective_functions` reads them from ``distributed_c10d``: all_reduce, all_gather,
   their ``_coalesced``, ``_single``, ``_into_tensor`` and ``_base`` forms, barrier, the
   ``*_object`` ones, ...), replaced in the ``torch.distributed`` namespace by recording
-  ones (:func:`.recording_functions.record_collectives`); a call on a subgroup this rank is not in, or one that
-  raises, leaves no entry. Code
-  calls them as ``dist.all_reduce(...)`` (torch's SyncBatchNorm, mmdet3d's
-  NaiveSyncBatchNorm, mmdet's ``reduce_mean``, MMEngine's ``mmengine.dist``), and so is
-  seen; a module that did ``from torch.distributed import all_reduce`` before the guard was
+  ones (:func:`.recording_functions.record_collectives`); a call on a subgroup this rank is
+  not in, or one that raises, leaves no entry. Code calls them as ``dist.all_reduce(...)``
+  (torch's SyncBatchNorm, mmdet3d's NaiveSyncBatchNorm, mmdet's ``reduce_mean``, MMEngine's
+  ``mmengine.dist``), and so is seen; a module that did ``from torch.distributed import all_reduce`` before the guard was
   built keeps the function it holds, and its calls are not recorded;
 - DDP's gradient buckets, which its reducer all-reduces from C++, through the comm hook that
   the guard installs in modes ``'complete'`` and ``'strict'`` (:meth:`record_bucket`). In
@@ -175,7 +174,7 @@ class CollectiveLog:
             return WORLD
         known = self._group_keys.get(id(group))
         if known is None or known[0] is not group:
-            ranks = _group_ranks(group)
+            ranks = global_ranks(group)
             known = self._group_keys[id(group)] = (group, 'ranks ' + ','.join(map(str, ranks)))
         return known[1]
 
@@ -261,7 +260,10 @@ def _method_codes(model: nn.Module) -> frozenset:
     return frozenset(codes)
 
 
-def _group_ranks(group) -> List[int]:
+def global_ranks(group) -> List[int]:
+    """The ranks of ``group`` (None: the default group) in the default group."""
+    if group is None or group is dist.group.WORLD:
+        return list(range(dist.get_world_size()))
     get_ranks = getattr(dist, 'get_process_group_ranks', None)  # torch >= 2.0
     if get_ranks is not None:
         return list(get_ranks(group))

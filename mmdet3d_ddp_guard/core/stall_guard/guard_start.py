@@ -4,11 +4,12 @@ its watchdog built on the run's own store, one per process.
 import itertools
 import os
 import weakref
-from typing import Callable, List, Optional
+from typing import Callable, Optional
 
 import torch.distributed as dist
 
 from ..config_lines import ConfigLines
+from .collective_log import global_ranks
 from .rank_position import RankPosition
 from .recording_functions import activate, deactivate
 from .stall_watchdog import StallWatchdog
@@ -36,11 +37,11 @@ def watch_ranks(position: RankPosition, timeout: Optional[float],
     live = _live_watchdog() if _live_watchdog is not None else None
     if live is not None and not live._stopped:
         return None
-    world_size = dist.get_world_size(process_group)
-    # Ranks build their wrappers in the same order: the n-th one shares its keys.
+    # Ranks build their wrappers in the same order: the n-th one shares its keys. Global
+    # ranks name them: every group's members share the default store.
     store = StallStore(dist.PrefixStore(f'{KEY_PREFIX}{next(_WATCHDOGS_BUILT)}/',
                                         _default_store()),
-                       dist.get_rank(process_group), _global_ranks(process_group, world_size))
+                       dist.get_rank(process_group), global_ranks(process_group))
     watchdog = StallWatchdog(position, timeout, log, store, collectives_block(process_group))
     _live_watchdog = weakref.ref(watchdog)
     activate(position.collectives)
@@ -68,17 +69,7 @@ def check_stall_timeout(timeout, lines: ConfigLines) -> None:
                          f'e.g. {lines.option("stall_timeout", 600)}')
 
 
-
 _WATCHDOGS_BUILT = itertools.count()
-
-
-def _global_ranks(process_group, world_size: int) -> List[int]:
-    if process_group is None or process_group is dist.group.WORLD:
-        return list(range(world_size))
-    # Public from torch 2.0; the private name before.
-    to_global = getattr(dist.distributed_c10d, 'get_global_rank', None) \
-        or dist.distributed_c10d._get_global_rank
-    return [to_global(process_group, rank) for rank in range(world_size)]
 
 
 def _default_store():

@@ -148,13 +148,11 @@ class StallWatchdog:
                            'at the next tick.', True, key='store fault')
 
     def _stalled_tick(self) -> None:
+        self._verdict = self.store.verdict()
         if self._published_progress is None:  # the first tick of this stall
-            self._verdict = self.store.verdict()
             self._first_round = self._verdict.round + 1 if self._verdict else 0
             self._publish(self.position.snapshot())
             self._backoff, self._judge_at = self.timeout, 0.0
-        else:
-            self._verdict = self.store.verdict()
         self._act_on(self._verdict)
         if time.monotonic() >= self._judge_at:
             self._ask_for_judgement()
