@@ -16,6 +16,7 @@ from mmengine.registry import HOOKS
 from mmdet3d_ddp_guard import GuardedDDP
 
 HANG_MARK = 'THE HANG STARTS AT'
+JUDGE_MARK = 'JUDGES ROUND'
 
 
 try:
@@ -95,14 +96,16 @@ def _wait_elsewhere(work) -> None:
 
 def train_into_a_hang(rank: int, world_size: int, pattern: str, branch_ranks: Sequence[int],
                       stall_timeout: float, steps: int = 4, hang_iteration: int = 1,
-                      caught: bool = False) -> None:
+                      caught: bool = False, judge: Optional[int] = None) -> None:
     """Trains under GuardedDDP; in ``hang_iteration`` only ``branch_ranks`` take the
     branch of ``pattern`` (every rank takes it before, for the SyncBN pattern). Prints
     whether the guard judges the collectives as blocking the host. ``caught``: a rank whose
     step raises catches the error and waits (a loop that retries later), so that the others
-    wait for it instead of seeing its process end."""
+    wait for it instead of seeing its process end. ``judge``: the rank that judges (the
+    others claim each round a second later); every rank prints the rounds it judges."""
     torch.manual_seed(0)
     ddp = GuardedDDP(CollectiveBranchToy(pattern), stall_timeout=stall_timeout)
+    _print_judged_rounds(ddp.stall_watchdog, claims_late=judge is not None and rank != judge)
     print(f'JUDGED AS BLOCKING {ddp.stall_watchdog.blocking}', flush=True)
     optim_wrapper = OptimWrapper(torch.optim.SGD(ddp.parameters(), lr=0.01))
     for iteration in range(steps):
@@ -117,6 +120,19 @@ def train_into_a_hang(rank: int, world_size: int, pattern: str, branch_ranks: Se
             if not caught:
                 raise
             time.sleep(120)  # not reached: the stall guard ends every rank
+
+
+def _print_judged_rounds(watchdog, claims_late: bool) -> None:
+    claim = watchdog.store.claim
+
+    def claim_round(round_number: int) -> bool:
+        if claims_late:
+            time.sleep(1.0)
+        won = claim(round_number)
+        if won:
+            print(f'{JUDGE_MARK} {round_number}: rank {watchdog.rank}', flush=True)
+        return won
+    watchdog.store.claim = claim_round
 
 
 def train_through_a_wait(rank: int, world_size: int, case: str, stall_timeout: float,

@@ -15,8 +15,9 @@ from tests.timeouts import scaled
 
 from mmdet3d_ddp_guard.core.stall_guard import NONBLOCKING_ENV
 from mmdet3d_ddp_guard.core.stall_guard.stall_diagnosis import ranks_text
-from tests.stall_scenarios import (HANG_MARK, NaiveSyncBatchNorm1d, train_into_a_hang,
-                                   train_through_a_wait, train_with_a_slow_rank)
+from tests.stall_scenarios import (HANG_MARK, JUDGE_MARK, NaiveSyncBatchNorm1d,
+                                   train_into_a_hang, train_through_a_wait,
+                                   train_with_a_slow_rank)
 
 pytestmark = pytest.mark.timeout(300)
 needs_mmdet3d = pytest.mark.skipif(NaiveSyncBatchNorm1d is None,
@@ -37,12 +38,17 @@ def _diagnosis(output: str) -> str:
     return output[start:end]
 
 
-def _hang(pattern, world_size, branch_ranks, nonblocking=False, **kwargs):
+def _hang(pattern, world_size, branch_ranks, nonblocking=False, judge=None, **kwargs):
     """Every rank ends with code 1 within the timeout plus the bound, with one diagnosis,
-    judged as blocking the host unless ``nonblocking``."""
+    judged as blocking the host unless ``nonblocking``; ``judge``: the rank made to judge
+    (the store's host, rank 0, or another), which judges the one round."""
     ranks = run_until_exit(train_into_a_hang, pattern, branch_ranks, STALL_TIMEOUT,
-                           world_size=world_size, timeout=120, **kwargs)
+                           world_size=world_size, timeout=120, judge=judge, **kwargs)
     assert all(f'JUDGED AS BLOCKING {not nonblocking}' in rank.output for rank in ranks)
+    judged = [line for rank in ranks for line in rank.output.splitlines()
+              if line.startswith(JUDGE_MARK)]
+    if judge is not None:
+        assert judged == [f'{JUDGE_MARK} 0: rank {judge}'], judged
     hang_starts = max(float(re.search(rf'{HANG_MARK} ([0-9.]+)', rank.output).group(1))
                       for rank in ranks)
     seconds = [rank.ended_at - hang_starts for rank in ranks]
@@ -76,9 +82,11 @@ def test_sync_bn_in_a_branch_some_ranks_skip(request, monkeypatch, backend, worl
                                              skipping):
     """A codebase's own synchronised BN (a class the guard does not know), run by rank 1
     only in iteration 1 (its all-gather and one gradient bucket per iteration before): the
-    ranks' 3rd collectives differ, named by module and bucket."""
+    ranks' 3rd collectives differ, named by module and bucket. The last rank judges, not
+    the store's host: every rank still ends in time, with the same words."""
     nonblocking = _emulated(request, monkeypatch)
-    diagnosis, _ = _hang('plugin_sync_bn_branch', world_size, [1], nonblocking)
+    diagnosis, _ = _hang('plugin_sync_bn_branch', world_size, [1], nonblocking,
+                         judge=world_size - 1)
     assert (f"The ranks cannot meet: their 3rd collective differs: {skipping}: DDP's "
             'gradient bucket 0 of iteration 1') in diagnosis
     assert 'rank 1: all_gather in refiner.1 (PluginSyncBN1d).forward, ' \
@@ -106,7 +114,7 @@ def test_mmdet3d_naive_sync_bn_in_a_branch():
 def test_a_loss_term_reduced_on_some_ranks_only(request, monkeypatch, backend, world_size,
                                                 branch_ranks):
     nonblocking = _emulated(request, monkeypatch)
-    diagnosis, _ = _hang('loss_all_reduce', world_size, branch_ranks, nonblocking)
+    diagnosis, _ = _hang('loss_all_reduce', world_size, branch_ranks, nonblocking, judge=0)
     reducing = ranks_text(branch_ranks)
     assert re.search(r'The ranks cannot meet: their \d+\w\w collective differs: ', diagnosis)
     assert f'{reducing}: all_reduce in <model> (CollectiveBranchToy).forward, ' \

@@ -16,29 +16,34 @@ TIMEOUT = 0.5
 
 
 class FlakyStore:
-    """The real store; every operation raises while ``failing`` is set."""
+    """The real store; the operations named in ``failing`` raise (every one for 'all')."""
 
     def __init__(self, store):
-        self.store, self.failing, self.failures = store, False, 0
+        self.store, self.failing, self.failures = store, (), 0
 
     def __getattr__(self, name):
         operation = getattr(self.store, name)
 
         def call(*args, **kwargs):
-            if self.failing:
+            if name in self.failing or 'all' in self.failing:
                 self.failures += 1
                 raise RuntimeError('store unreachable (simulated)')
             return operation(*args, **kwargs)
         return call
 
 
+def _watchdog(rank, world_size, name, position, logs, timeout=TIMEOUT):
+    store = FlakyStore(dist.PrefixStore(KEY_PREFIX + name + '/',
+                                        dist.distributed_c10d._get_default_store()))
+    return store, StallWatchdog(position, timeout, lambda message, error: logs.append(message),
+                                StallStore(store, rank, list(range(world_size))),
+                                blocking=True)
+
+
 def _through_store_faults(rank, world_size):
     position = RankPosition(nn.Linear(2, 2))
     logs = []
-    store = FlakyStore(dist.PrefixStore(KEY_PREFIX + 'faults/',
-                                        dist.distributed_c10d._get_default_store()))
-    watchdog = StallWatchdog(position, TIMEOUT, lambda message, error: logs.append(message),
-                             StallStore(store, rank, list(range(world_size))), blocking=True)
+    store, watchdog = _watchdog(rank, world_size, 'faults', position, logs)
     key = f'position/{rank}'
     position.start_forward(0)
     watchdog.look()  # it sees the move
@@ -46,13 +51,17 @@ def _through_store_faults(rank, world_size):
     watchdog.look()  # stalled: publishes and judges (both ranks busy outside collectives)
     assert watchdog._published_progress is not None
     published = json.loads(store.get(key))
-    store.failing = True
+    store.failing = ('all', )
     position.enter('backward')  # it moves while the store is down
-    for _ in range(3):
-        watchdog.look()
+    for _ in range(6):
+        watchdog.look()  # tries at the 1st, 2nd and 4th look, then pauses for 4 looks
+    tries_while_down = store.failures
     still_published = watchdog._published_progress is not None
-    store.failing = False
-    watchdog.look()  # the store is back: the stale snapshot goes
+    store.failing = ()
+    looks_to_withdraw = 0
+    while watchdog._published_progress is not None and looks_to_withdraw < 8:
+        watchdog.look()  # the store is back: the stale snapshot goes
+        looks_to_withdraw += 1
     after = json.loads(store.get(key))
 
     # The thread outlives a look that raises.
@@ -66,22 +75,78 @@ def _through_store_faults(rank, world_size):
     watchdog.start()
     time.sleep(12 * watchdog.tick)
     watchdog.stop()
+    return dict(published=published, tries=tries_while_down, still=still_published,
+                after=after, looks_to_withdraw=looks_to_withdraw, logs=logs, looks=len(looks))
+
+
+def _through_a_half_taken_withdrawal(rank, world_size):
+    """Rank 1's step raised and its loop caught the error and went on; its withdrawal's
+    beat reaches the store and the rest fails, so that its error snapshot stays readable.
+    Rank 0 waits in its backward and judges: without the beat, a stop on rank 1's error."""
+    position, logs, ended = RankPosition(nn.Linear(2, 2)), [], []
+    store, watchdog = _watchdog(rank, world_size, 'half', position, logs)
+    watchdog._end_run = ended.append
+    position.start_forward(0)
+    if rank == 1:
+        watchdog.report_exception(ValueError('caught by the training loop'))
+    else:
+        position.enter('backward')
+    dist.barrier()
+    if rank == 1:
+        store.failing = ('set', )  # the beat is an add: it goes through
+        position.move()
+        watchdog.look()
+        assert watchdog._published_progress is not None  # the withdrawal failed
+    dist.barrier()
+    if rank == 0:
+        watchdog.look()  # it sees the moves
+        time.sleep(TIMEOUT + 0.1)
+        watchdog.look()  # stalled: publishes, claims round 0 and judges
+    dist.barrier()
+    left = watchdog.store.position(1)
+    return dict(verdict=watchdog._verdict, ended=ended, rank_1_snapshot=left)
+
+
+def _store_faults(rank, world_size):
+    results = dict(faults=_through_store_faults(rank, world_size),
+                   half=_through_a_half_taken_withdrawal(rank, world_size))
     dist.barrier()  # rank 0's process hosts the store: it ends last
-    return dict(published=published, failures=store.failures, still=still_published,
-                after=after, logs=logs, looks=len(looks))
+    return results
 
 
-@pytest.mark.timeout(120)
-def test_a_failing_store_neither_ends_the_watchdog_nor_leaves_a_stale_snapshot():
-    for result in run_distributed(_through_store_faults):
+@pytest.fixture(scope='module')
+def store_fault_runs():
+    """One launch of 2 gloo ranks for the tests of this module that need a real group."""
+    return run_distributed(_store_faults, timeout=120)
+
+
+@pytest.mark.timeout(150)
+def test_a_failing_store_neither_ends_the_watchdog_nor_leaves_a_stale_snapshot(
+        store_fault_runs):
+    for ranks in store_fault_runs:
+        result = ranks['faults']
         assert result['published']['phase'] == 'forward'
-        assert result['failures'] >= 3 and result['still']  # tried again, every tick
+        assert result['tries'] == 3 and result['still']  # tried again, less and less often
+        assert result['looks_to_withdraw'] <= 4
         assert result['after'] == dict(moving=True)
         faults = [log for log in result['logs'] if 'cannot compare positions' in log]
         assert len(faults) == 1, result['logs']  # logged once per stall
         assert 'RuntimeError: store unreachable (simulated)' in faults[0]
         assert result['looks'] >= 3
         assert any('it goes on watching' in log for log in result['logs'])
+
+
+@pytest.mark.timeout(150)
+def test_a_snapshot_older_than_its_ranks_beat_is_no_evidence(store_fault_runs):
+    """The judge reads rank 1's error snapshot, left in the store by a withdrawal the store
+    took only in part, and finds it older than rank 1's beat: no stop; rank 1 counts as not
+    answering, and the run goes on."""
+    judge = store_fault_runs[0]['half']
+    assert store_fault_runs[1]['half']['rank_1_snapshot']['error'] == \
+        'ValueError: caught by the training loop'  # still readable: only the beat dates it
+    assert judge['ended'] == [] and not judge['verdict'].stop, judge['verdict']
+    assert 'rank 1 has not answered; the run goes on' in judge['verdict'].text
+    assert judge['verdict'].changes == -1  # another judgement is due
 
 
 class HungStore:

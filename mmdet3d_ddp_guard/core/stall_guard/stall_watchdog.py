@@ -32,7 +32,7 @@ import json
 import threading
 import time
 import weakref
-from typing import Callable, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set
 
 from .rank_position import RankPosition
 from .recording_functions import deactivate
@@ -44,6 +44,9 @@ from .store_protocol import StallStore, Verdict
 MAX_BACKOFF = 600.0
 #: The longest the training thread waits for its error to reach the store, in seconds.
 REPORT_WAIT = 2.0
+#: After store faults in a row, the watchdog tries again after 1, 2, 4 ... ticks, at most
+#: this many: a store that struggles is not hammered by every rank at every tick.
+MAX_FAULT_TICKS = 32
 
 
 def default_answer_wait(timeout: float) -> float:
@@ -77,6 +80,8 @@ class StallWatchdog:
         # Serialises the store's use between this thread and report_exception's.
         self._lock = threading.Lock()
         self._stopped = False
+        self._faults_in_a_row = 0
+        self._fault_pause = 0  # ticks left before the store is tried again
         self._ending = False
         self._last_progress = position.progress()
         self._still_since = time.monotonic()
@@ -121,18 +126,22 @@ class StallWatchdog:
 
     def look(self) -> None:
         """One tick: an integer compared while the rank moves; the store once it stalls.
-        A store operation that fails is logged once per stall and tried again at the next
-        tick: the thread never ends while its wrapper trains."""
+        A store operation that fails is logged once per stall and tried again after a
+        pause that doubles (:data:`MAX_FAULT_TICKS`): the thread never ends while its
+        wrapper trains."""
         progress = self.position.progress()
         now = time.monotonic()
         current = self.position.is_current()
         if progress != self._last_progress or not current:
             self._last_progress, self._still_since = progress, now
+        if self._fault_pause:
+            self._fault_pause -= 1
+            return
         if self._published_progress is not None and (progress != self._published_progress
                                                      or not current):
             # A snapshot left in the store after the rank moved would be read by the others
-            # as this rank stuck where it was: withdrawn before anything else, every tick
-            # until the store takes it.
+            # as this rank stuck where it was: withdrawn before anything else, until the
+            # store takes it (its beat, the withdrawal's first operation, dates it already).
             self._store_operation(self._withdraw)
             return
         if now - self._still_since >= self.timeout:
@@ -142,10 +151,14 @@ class StallWatchdog:
         try:
             with self._lock:
                 operation()
+            self._faults_in_a_row = 0
         except Exception as error:  # noqa: B902 - a broken store must not kill training
+            self._faults_in_a_row += 1
+            self._fault_pause = min(2 ** (self._faults_in_a_row - 1), MAX_FAULT_TICKS) - 1
             self._log_once(f'mmdet3d_ddp_guard stall guard: cannot compare positions through '
                            f'the store ({type(error).__name__}: {error}); it tries again '
-                           'at the next tick.', True, key='store fault')
+                           f'after 1, 2, 4 ... ticks (at most {MAX_FAULT_TICKS}).', True,
+                           key='store fault')
 
     def _stalled_tick(self) -> None:
         self._verdict = self.store.verdict()
@@ -198,20 +211,32 @@ class StallWatchdog:
         positions = self.store.positions(snapshot, time.monotonic() + self.answer_wait,
                                          self.tick)
         changes = self.store.changes()
-        diagnosis = diagnose(positions, self.timeout, self.blocking)
-        verdict = Verdict(round_number, changes, diagnosis.stop, diagnosis.text,
-                          checkpoint=sorted(rank for rank, p in positions.items()
-                                            if p is not None and p['phase'] == 'checkpoint'))
-        if diagnosis.stop:
+        verdict = self._verdict_on(round_number, positions, changes)
+        if verdict.stop:
             # A rank that moved withdraws its snapshot within a tick: no run ends on a
             # position that changed meanwhile; the next judgement reads them again.
             time.sleep(2 * self.tick)
             if self.store.changes() != changes or \
                     self.position.progress() != self._last_progress:
                 verdict = Verdict(round_number, -1, False, '')
+            else:
+                # A snapshot whose withdrawal the store took only in part is no evidence:
+                # its rank counts as not answering, and another judgement is due.
+                stale = self.store.stale(positions)
+                if stale:
+                    verdict = self._verdict_on(round_number, {
+                        rank: None if rank in stale else position
+                        for rank, position in positions.items()}, -1)
         self.store.write_verdict(verdict)
         self._verdict = verdict
         self._act_on(verdict)
+
+    def _verdict_on(self, round_number: int, positions: Dict[int, Optional[dict]],
+                    changes: int) -> Verdict:
+        diagnosis = diagnose(positions, self.timeout, self.blocking)
+        return Verdict(round_number, changes, diagnosis.stop, diagnosis.text,
+                       checkpoint=sorted(rank for rank, p in positions.items()
+                                         if p is not None and p['phase'] == 'checkpoint'))
 
     def _end_run(self, verdict: Verdict) -> None:
         self._ending = True

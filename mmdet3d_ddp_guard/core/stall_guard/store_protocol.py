@@ -8,6 +8,10 @@ them; what a snapshot says is :class:`~.rank_position.RankPosition`'s, the judge
 The keys:
 
 - ``position/<rank>``: a stalled rank's snapshot (JSON), ``{"moving": true}`` once it moves;
+- ``beat/<rank>``: counts the rank's withdrawals, the first operation of each: a snapshot
+  carries the count its rank had when it published it, and one whose rank has counted a
+  withdrawal since is stale, never evidence, even when the withdrawal's other operations
+  failed (a store that takes some operations and not others);
 - ``changes``: counts every publication and withdrawal, so that whether anything changed
   since a verdict costs one operation;
 - ``judge/<round>``: claimed with ``add``; the one rank that reads 1 judges the round;
@@ -17,8 +21,10 @@ The keys:
 Per stall round, with W ranks stalled: each rank publishes (2 operations), reads the change
 counter and claims the round (2); the one judge reads the W snapshots (W operations, plus a
 re-read of each rank that has not answered yet, at doubling intervals) and writes the
-verdict (2). That is 5W operations and W snapshots' bytes read by one rank, not W by every
-rank; while the stall lasts each rank reads the verdict once a tick (one operation).
+verdict (2); before a stop verdict it also reads every rank's beat (W). That is 4W
+operations (5W for the round that stops the run) and W snapshots' bytes read by one rank,
+not W by every rank; while the stall lasts each rank reads the verdict once a tick (one
+operation). A rank that moves withdraws its snapshot (3 operations).
 ``compare_set`` with a value no key holds reads a key that may not exist yet without
 waiting for it, on every torch from 1.9 (``Store.check`` is 1.10 and up, and a timed-out
 ``get`` leaves torch 1.9's TCPStore client broken).
@@ -70,14 +76,27 @@ class StallStore:
         self.operations = 0
         self.bytes_read = 0
         self.verdict_reads = 0
+        # This rank's withdrawals as the store counted them: the date of its next snapshot.
+        self._beats = 0
 
     def publish(self, snapshot: dict) -> None:
-        self._set(self._position_key(self.rank), json.dumps(snapshot, separators=(',', ':')))
+        dated = dict(snapshot, beat=self._beats)
+        self._set(self._position_key(self.rank), json.dumps(dated, separators=(',', ':')))
         self._add('changes', 1)
 
     def withdraw(self) -> None:
+        # The beat first: should the store take it and then fail the rest, the snapshot
+        # left behind is already out of date.
+        self._beats = self._add(self._beat_key(self.rank), 1)
         self._set(self._position_key(self.rank), _MOVING)
         self._add('changes', 1)
+
+    def stale(self, positions: Dict[int, Optional[dict]]) -> List[int]:
+        """The ranks whose snapshot in ``positions`` is older than their last withdrawal:
+        they moved since, and only a store fault kept the snapshot readable."""
+        return [rank for rank, position in sorted(positions.items())
+                if position is not None and rank != self.rank
+                and self._add(self._beat_key(rank), 0) > position['beat']]
 
     def changes(self) -> int:
         return self._add('changes', 0)
@@ -124,6 +143,9 @@ class StallStore:
 
     def _position_key(self, rank: int) -> str:
         return f'position/{self._global_ranks[rank]}'
+
+    def _beat_key(self, rank: int) -> str:
+        return f'beat/{self._global_ranks[rank]}'
 
     def _add(self, key: str, amount: int) -> int:
         self.operations += 1
