@@ -150,10 +150,12 @@ def test_a_rank_whose_caught_error_leaves_the_others_waiting_is_named():
         'forward)' in diagnosis
 
 
+# 4 ranks only (a 2-rank case, 23 s, went to pay for issue 32's tests): the words for one
+# waiting rank are tests/test_stall_diagnosis.py's, and 2-rank slow ranks are
+# test_waiting_for_one_slow_rank_is_not_a_hang's.
 @pytest.mark.parametrize('world_size,wait_for_data,wait_for_checkpoint', [
-    (2, 'rank 0 waits for rank 1', 'rank 1 waits for rank 0'),
     (4, 'ranks 0, 2 and 3 wait for rank 1', 'ranks 1, 2 and 3 wait for rank 0'),
-], ids=['2_ranks', '4_ranks'])
+], ids=['4_ranks'])
 def test_a_rank_slow_outside_collectives_is_not_a_hang(tmp_path, world_size, wait_for_data,
                                                        wait_for_checkpoint):
     """Rank 1's data and rank 0's checkpoint each take 2.5 stall timeouts: the guard says
@@ -196,17 +198,17 @@ def test_waiting_for_one_slow_rank_is_not_a_hang(request, monkeypatch, backend, 
 
 
 def test_store_operations_during_a_long_wait_are_bounded():
-    """stall_timeout=1 and rank 0 alone in a 30 s evaluation: beyond the one read of the
+    """stall_timeout=1 and rank 0 alone in a 16 s evaluation: beyond the one read of the
     verdict per tick (which lets every rank act on a verdict within a tick), the
     judgements back off (1, 2, 4, 8 s ...) and ask for a new one only after a change."""
-    slow_for = 30.0
+    slow_for = 16.0
     ranks = run_until_exit(train_through_a_wait, 'evaluation', 1.0, slow_for=slow_for,
                            timeout=150)
     assert [rank.exitcode for rank in ranks] == [0, 0], [r.output[-3000:] for r in ranks]
     counts = [tuple(float(n) for n in re.search(
         r'STORE OPERATIONS (\d+) VERDICT READS (\d+) TICK ([0-9.]+)', rank.output).groups())
         for rank in ranks]
-    print('store operations, verdict reads per rank during a 30 s wait, stall_timeout=1: '
+    print('store operations, verdict reads per rank during a 16 s wait, stall_timeout=1: '
           + '; '.join(f'{int(o)}, {int(v)}' for o, v, _ in counts))
     for operations, verdict_reads, tick in counts:
         assert 0 < operations - verdict_reads <= 20, counts
