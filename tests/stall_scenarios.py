@@ -102,7 +102,8 @@ def train_into_a_hang(rank: int, world_size: int, pattern: str, branch_ranks: Se
     whether the guard judges the collectives as blocking the host. ``caught``: a rank whose
     step raises catches the error and waits (a loop that retries later), so that the others
     wait for it instead of seeing its process end. ``judge``: the rank that judges (the
-    others claim each round a second later); every rank prints the rounds it judges."""
+    others claim a round only once it has claimed it, or after a minute); every rank
+    prints the rounds it judges."""
     torch.manual_seed(0)
     ddp = GuardedDDP(CollectiveBranchToy(pattern), stall_timeout=stall_timeout)
     _print_judged_rounds(ddp.stall_watchdog, claims_late=judge is not None and rank != judge)
@@ -126,8 +127,12 @@ def _print_judged_rounds(watchdog, claims_late: bool) -> None:
     claim = watchdog.store.claim
 
     def claim_round(round_number: int) -> bool:
-        if claims_late:
-            time.sleep(1.0)
+        # Waiting on the claim itself, not for a fixed time: a loaded machine that starves
+        # the judge's thread cannot let another rank judge.
+        deadline = time.monotonic() + 60
+        while claims_late and time.monotonic() < deadline and \
+                watchdog.store._add(f'judge/{round_number}', 0) == 0:
+            time.sleep(0.05)
         won = claim(round_number)
         if won:
             print(f'{JUDGE_MARK} {round_number}: rank {watchdog.rank}', flush=True)
