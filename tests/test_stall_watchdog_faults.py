@@ -32,10 +32,10 @@ class FlakyStore:
         return call
 
 
-def _watchdog(rank, world_size, name, position, logs, timeout=TIMEOUT):
+def _watchdog(rank, world_size, name, position, logs):
     store = FlakyStore(dist.PrefixStore(KEY_PREFIX + name + '/',
                                         dist.distributed_c10d._get_default_store()))
-    return store, StallWatchdog(position, timeout, lambda message, error: logs.append(message),
+    return store, StallWatchdog(position, TIMEOUT, lambda message, error: logs.append(message),
                                 StallStore(store, rank, list(range(world_size))),
                                 blocking=True)
 

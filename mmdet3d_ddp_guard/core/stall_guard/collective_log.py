@@ -16,8 +16,9 @@ What is recorded, and how:
   ones (:func:`.recording_functions.record_collectives`); a call on a subgroup this rank is
   not in, or one that raises, leaves no entry. Code calls them as ``dist.all_reduce(...)``
   (torch's SyncBatchNorm, mmdet3d's NaiveSyncBatchNorm, mmdet's ``reduce_mean``, MMEngine's
-  ``mmengine.dist``), and so is seen; a module that did ``from torch.distributed import all_reduce`` before the guard was
-  built keeps the function it holds, and its calls are not recorded;
+  ``mmengine.dist``), and so is seen; a module that did
+  ``from torch.distributed import all_reduce`` before the guard was built keeps the
+  function it holds, and its calls are not recorded;
 - DDP's gradient buckets, which its reducer all-reduces from C++, through the comm hook that
   the guard installs in modes ``'complete'`` and ``'strict'`` (:meth:`record_bucket`). In
   modes ``find_unused_parameters=True`` and ``static_graph`` there is no such hook, and the
