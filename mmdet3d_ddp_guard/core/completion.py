@@ -83,8 +83,10 @@ class UnusedCompletion:
         the parameters whose gradients it completed with zeros for DDP."""
         record = self.record
         local_unused = record.local_unused()
-        # Only a backward that reduces leaves DDP's buckets waiting for unreached parameters.
+        # Only a backward that reduces leaves DDP's buckets waiting for unreached parameters
+        # (and for parameters frozen since DDP was built: DDP's reducer still holds them).
         unreached = record.local_unreached() if reduces and local_unused else ()
+        frozen = record.local_frozen() if reduces and self._counts is not None else ()
         iteration = self.current_iteration()
         self.iterations_ended += 1
         if self.policy.decision.mode == STATIC_GRAPH and reduces:
@@ -102,10 +104,12 @@ class UnusedCompletion:
         untouched_none = {i for i in local_unused if params[i].grad is None}
         untouched_none.update(record.local_undefined())
         completed = [params[i] for i in unreached]
-        if completed:
-            self._completing = (local_unused, True)
+        if unreached or frozen:
+            self._completing = (local_unused, bool(unreached))
             try:
-                torch.autograd.backward(completed, [torch.zeros_like(p) for p in completed])
+                _complete([params[i] for i in unreached + frozen],
+                          [i in record.table.sparse for i in unreached + frozen],
+                          [params[i] for i in frozen])
             finally:
                 self._completing = None
         counts = self._counts.take_counts()
@@ -158,3 +162,33 @@ class UnusedCompletion:
             raise static_graph_changed_error(self.record.table, self._static_graph_unused,
                                              local_unused, iteration, self.record.rank,
                                              self.policy.lines)
+
+
+
+def _complete(params: List[torch.Tensor], sparse: List[bool],
+              frozen: List[torch.Tensor]) -> None:
+    """One backward of zero gradients into ``params``: DDP's hooks fire for them, and their
+    buckets are reduced in order. A sparse parameter gets an empty sparse gradient (DDP
+    reduces sparse buckets as sparse tensors). A ``frozen`` one requires grad for this
+    backward only, and keeps no gradient it did not have, as under DDP's graph search."""
+    had_no_grad = [p.grad is None for p in frozen]
+    for param in frozen:
+        param.requires_grad_(True)
+    try:
+        torch.autograd.backward(params, [_zero_gradient(p, is_sparse)
+                                         for p, is_sparse in zip(params, sparse)])
+    finally:
+        for param, none_before in zip(frozen, had_no_grad):
+            param.requires_grad_(False)
+            if none_before:
+                param.grad = None
+
+
+def _zero_gradient(param: torch.Tensor, sparse: bool) -> torch.Tensor:
+    if not sparse:
+        return torch.zeros_like(param)
+    # No index, so no element: the embedding's layout (one sparse dimension).
+    return torch.sparse_coo_tensor(
+        torch.empty((1, 0), dtype=torch.long, device=param.device),
+        torch.empty((0, ) + tuple(param.shape[1:]), dtype=param.dtype, device=param.device),
+        param.shape)

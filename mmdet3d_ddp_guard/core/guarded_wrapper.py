@@ -6,7 +6,7 @@ the user asked for and builds the usage record before DDP (its framework's way),
 :meth:`GuardedWrapper.guard` with what it decided.
 """
 import contextlib
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -16,6 +16,7 @@ from .completion import UnusedCompletion
 from .cpu_ddp import leave_gloo_cleanly_at_exit
 from .decision_policy import Decision, DecisionPolicy
 from .stall_guard import RankPosition, watch_ranks
+from .unused_counts_comm_hook import UnusedCountsState
 from .usage_record import ParamUsageRecord
 
 
@@ -30,25 +31,36 @@ class GuardedWrapper:
 
     A subclass names itself and the way to DDP's graph search in ``comm_hook_refusal``
     (``(wrapper, fix)``, the words of the error a user's own comm hook gets while the counts
-    ride the gradient all-reduce).
+    ride the gradient all-reduce), and gives its framework's iteration number and loggers
+    (:meth:`iteration_of`, :meth:`log_revision`, :meth:`log_stall`).
+
+    **Copies.** ``copy.deepcopy`` and pickling (``torch.save`` of the whole wrapper) work as
+    on DDP, whose ``__getstate__`` drops the process group and reducer and whose
+    ``__setstate__`` builds a reducer of the copy's own on the default group: an EMA hook's
+    ``deepcopy(runner.model)`` (BEVDet's ``MEGVIIEMAHook``), YOLO-style ``ModelEMA``. The
+    copy leaves this wrapper's record, hooks, counts and stall guard as they were; it gets
+    a guard of its own (the same decision, a record and completion on its own parameters)
+    and no stall guard (one per process, the original's), so that it runs forward and, like
+    a copied DDP, trains.
     """
 
     comm_hook_refusal = ('mmdet3d_ddp_guard', 'use find_unused_parameters=True')
+    #: What :meth:`guard` adds to DDP's state: this wrapper's training, never a copy's.
+    _guard_state = ('usage_record', 'completion', 'stall_position', 'stall_watchdog',
+                    '_reported')
 
     def guard(self, module: nn.Module, usage_record: ParamUsageRecord, policy: DecisionPolicy,
-              iteration_of: Callable[[int], int], log_revision: Callable[[str], None],
-              stall_timeout: Optional[float],
-              log_stall: Callable[[str, bool], None]) -> None:
+              stall_timeout: Optional[float]) -> None:
         """After DDP's ``__init__``: the completion on this wrapper's reducer, gloo's clean
         exit, and the stall guard's position and watchdog (None when it is off)."""
         self.policy = policy
         self.usage_record = usage_record
-        self.completion = UnusedCompletion(self, usage_record, policy, iteration_of,
-                                           log_revision)
+        self.completion = UnusedCompletion(self, usage_record, policy, self.iteration_of,
+                                           self.log_revision)
         if dist.get_backend(self.process_group) == 'gloo':
             leave_gloo_cleanly_at_exit()
         self.stall_position = RankPosition(module)
-        self.stall_watchdog = watch_ranks(self.stall_position, stall_timeout, log_stall,
+        self.stall_watchdog = watch_ranks(self.stall_position, stall_timeout, self.log_stall,
                                           self.process_group)
         if self.stall_watchdog is not None:
             self.completion.watch_buckets(self.stall_position.collectives.record_bucket)
@@ -99,6 +111,40 @@ class GuardedWrapper:
         if self.stall_watchdog is not None and error is not self._reported:
             self._reported = error
             self.stall_watchdog.report_exception(error)
+
+    def iteration_of(self, own_count: int) -> int:
+        """The framework's iteration number, given how many backwards were settled."""
+        raise NotImplementedError
+
+    def log_revision(self, message: str) -> None:
+        raise NotImplementedError
+
+    def log_stall(self, message: str, is_error: bool) -> None:
+        raise NotImplementedError
+
+    def __getstate__(self):
+        state = super().__getstate__()  # DDP's: no process group, reducer or logger
+        for name in self._guard_state + self._adapter_state():
+            state.pop(name, None)
+        if '_comm_hooks' in state:  # torch >= 2.0 keeps them; the counts' is this wrapper's
+            state['_comm_hooks'] = [(hook, hook_state) for hook, hook_state in state['_comm_hooks']
+                                    if not isinstance(hook_state, UnusedCountsState)]
+        return state
+
+    def __setstate__(self, state):
+        module = state['_modules']['module']
+        # Before DDP's reducer, as in the adapters' __init__ (see accumulate_grad_hooks).
+        usage_record = ParamUsageRecord(module)
+        super().__setstate__(state)
+        self.guard(module, usage_record, self.policy, stall_timeout=None)
+        self._init_adapter_state()
+
+    def _adapter_state(self) -> Tuple[str, ...]:
+        """The adapter's own per-wrapper attributes, left out of a copy."""
+        return ()
+
+    def _init_adapter_state(self) -> None:
+        """Sets them anew, in a copy."""
 
     @property
     def decision(self) -> Decision:

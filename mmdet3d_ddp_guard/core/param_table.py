@@ -21,21 +21,30 @@ class ParamTable:
     Args:
         module (nn.Module): The model, unwrapped (not the DDP wrapper), so that names match
             the checkpoint's keys.
+
+    Attributes:
+        sparse (frozenset[int]): The parameters whose gradients are sparse, as DDP tells
+            them (``nn.Embedding`` and ``nn.EmbeddingBag`` built with ``sparse=True``).
     """
 
     def __init__(self, module: nn.Module):
-        module_types = {name: type(m).__name__ for name, m in module.named_modules()}
+        modules = dict(module.named_modules())
         self.names: List[str] = []
         self.params = []
         self.shapes: List[Tuple[int, ...]] = []
         self.module_types: List[str] = []
+        sparse = []
         for name, param in module.named_parameters():
             if not param.requires_grad:
                 continue
+            owner = modules.get(owner_of(name), module)
+            if isinstance(owner, (nn.Embedding, nn.EmbeddingBag)) and owner.sparse:
+                sparse.append(len(self.params))
             self.names.append(name)
             self.params.append(param)
             self.shapes.append(tuple(param.shape))
-            self.module_types.append(module_types.get(owner_of(name), type(module).__name__))
+            self.module_types.append(type(owner).__name__)
+        self.sparse = frozenset(sparse)
 
     def __len__(self) -> int:
         return len(self.params)

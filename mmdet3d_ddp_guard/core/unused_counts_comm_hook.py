@@ -127,15 +127,17 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
     listener = state.bucket_listener
     if not is_last_bucket(bucket):
         listener(state.process_group, bucket_index(bucket), buffer.numel())
-        buffer.mul_(1.0 / world_size)
-        return _all_reduce(buffer, group=group, async_op=True).get_future().then(
-            lambda fut: hook_result(fut.value()[0]))
+        return _all_reduce(_averaged(buffer, world_size), group=group,
+                           async_op=True).get_future().then(
+                               lambda fut: hook_result(fut.value()[0]))
     dtype = buffer.dtype if counts_fit(buffer.dtype, world_size) else torch.float32
     payload = state.local_payload(buffer.device, dtype)
-    if dtype != buffer.dtype:
+    if dtype != buffer.dtype or buffer.is_sparse:
+        # A sparse bucket (an nn.Embedding(sparse=True), last when it is the input's) has
+        # no dense tail to carry the counts on.
         listener(state.process_group, bucket_index(bucket), buffer.numel())
         listener(state.process_group, bucket_index(bucket), payload.numel())
-        reduced_buffer = _all_reduce(buffer.mul_(1.0 / world_size), group=group,
+        reduced_buffer = _all_reduce(_averaged(buffer, world_size), group=group,
                                      async_op=True).get_future()
         reduced_counts = _all_reduce(payload.clone(), group=group,
                                      async_op=True).get_future()
@@ -154,3 +156,12 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
         return hook_result(reduced[:buffer.numel()])
 
     return _all_reduce(combined, group=group, async_op=True).get_future().then(split)
+
+
+def _averaged(buffer: torch.Tensor, world_size: int) -> torch.Tensor:
+    """``buffer`` made ready for a sum that averages, in place, as DDP's reducer does: a
+    dense bucket multiplied by ``1 / world_size``, a sparse one divided
+    (``Reducer::mark_variable_ready_sparse``)."""
+    if buffer.is_sparse:
+        return buffer.div_(world_size)
+    return buffer.mul_(1.0 / world_size)

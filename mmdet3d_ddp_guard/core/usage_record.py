@@ -223,11 +223,13 @@ class ParamUsageRecord:
 
     def local_unused(self) -> Tuple[int, ...]:
         """Ids without a gradient from this iteration's backward on this rank so far:
-        unreached, or reached with an undefined gradient."""
+        unreached, or reached with an undefined gradient. A parameter frozen since the
+        wrapper was built (``requires_grad=False``) is not unused: see :meth:`local_frozen`."""
         reached = self._reached
         if len(reached) == len(self.table):
             return ()
-        return tuple(i for i, p in enumerate(self.table.params) if p not in reached)
+        return tuple(i for i, p in enumerate(self.table.params)
+                     if p not in reached and p.requires_grad)
 
     def local_unreached(self) -> Tuple[int, ...]:
         """Ids that autograd did not reach at all on this rank (DDP's hooks did not fire:
@@ -236,7 +238,16 @@ class ParamUsageRecord:
         if len(reached) == len(self.table):
             return ()
         return tuple(i for i, p in enumerate(self.table.params)
-                     if p not in reached and p not in undefined)
+                     if p not in reached and p not in undefined and p.requires_grad)
+
+    def local_frozen(self) -> Tuple[int, ...]:
+        """Ids of parameters that required grad when DDP was built and no longer do (frozen
+        after warm-up): DDP's reducer still waits for them, and DDP's graph search marks
+        them ready as unused, leaving their gradient alone."""
+        if len(self._reached) == len(self.table):
+            return ()
+        return tuple(i for i, p in enumerate(self.table.params)
+                     if not p.requires_grad and p not in self._reached)
 
     def local_undefined(self) -> Tuple[int, ...]:
         """Ids that this rank's backward reached with an undefined gradient (``.grad``

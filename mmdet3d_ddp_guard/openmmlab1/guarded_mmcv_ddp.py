@@ -136,15 +136,20 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
         super().__init__(module, find_unused_parameters=policy.decision.mode == FIND_UNUSED,
                          **static_graph_arguments(static_graph), **arguments)
         set_static_graph(self, static_graph)
-        self._runner = None
-        self.guard(module, usage_record, policy, self._runner_iteration, _log_revision,
-                   stall_timeout, _log_stall)
-        self._in_module_step = False
-        self.step_backwards = StepBackwards(usage_record, self._backward_started,
-                                            self._backward_ended, self._late_backward,
-                                            self._backward_raised, self._partial_backward)
+        self.guard(module, usage_record, policy, stall_timeout)
+        self._init_adapter_state()
         print_log(policy.decision.format(), logger='mmcv',
                   level=logging.WARNING if policy.decision.warning else logging.INFO)
+
+    def _adapter_state(self):
+        return ('_runner', '_in_module_step', 'step_backwards')
+
+    def _init_adapter_state(self) -> None:
+        self._runner = None
+        self._in_module_step = False
+        self.step_backwards = StepBackwards(self.usage_record, self._backward_started,
+                                            self._backward_ended, self._late_backward,
+                                            self._backward_raised, self._partial_backward)
 
     def train_step(self, *inputs, **kwargs):
         """mmcv's train step; its backward, wherever it runs, settles unused parameters."""
@@ -206,11 +211,17 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
                         if isinstance(hook, OptimizerHook)})
         return ' or '.join(names) if names else 'the optimizer hook'
 
-    def _runner_iteration(self, own_count: int) -> int:
+    def iteration_of(self, own_count: int) -> int:
         """mmcv's ``runner.iter`` (0-based, counted up after the iteration's hooks);
         ``own_count`` outside a runner."""
         runner = self._current_runner()
         return own_count if runner is None else runner.iter
+
+    def log_revision(self, message: str) -> None:
+        print_log(message, logger='mmcv')
+
+    def log_stall(self, message: str, is_error: bool) -> None:
+        print_log(message, logger='mmcv', level=logging.ERROR if is_error else logging.WARNING)
 
     def _current_runner(self) -> Optional[BaseRunner]:
         """The runner whose ``train_step`` calls reach this wrapper, while it lives."""
@@ -267,7 +278,8 @@ def guard_mmcv_ddp() -> None:
         return
 
     def __new__(cls, *args, **kwargs):
-        if cls is MMDistributedDataParallel:
+        # Unpickling and deepcopy call __new__ with no arguments: a copy keeps its class.
+        if cls is MMDistributedDataParallel and (args or kwargs):
             if guard_options(_training_config()).get('enabled', True):
                 cls = GuardedMMDistributedDataParallel
             elif not torch.cuda.is_available():
@@ -327,9 +339,3 @@ def _training_config() -> Optional[Config]:
     return None
 
 
-def _log_revision(message: str) -> None:
-    print_log(message, logger='mmcv')
-
-
-def _log_stall(message: str, is_error: bool) -> None:
-    print_log(message, logger='mmcv', level=logging.ERROR if is_error else logging.WARNING)

@@ -24,6 +24,13 @@ from ..core.versions import graph_search_accumulates_right
 from .cpu_launch import log_dropped_device_ids
 
 
+#: What ``Runner.wrap_model`` passes to MMEngine's own ``MMDistributedDataParallel`` when the
+#: config has no ``model_wrapper_cfg`` (besides ``device_ids`` and the config's
+#: ``find_unused_parameters``): a config that names GuardedDDP builds the same DDP.
+#: tests/test_ddp_contract.py reads them back from a wrapper the Runner built.
+RUNNER_DDP_DEFAULTS = dict(broadcast_buffers=False)
+
+
 @MODEL_WRAPPERS.register_module()
 class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
     """Distributed data parallel training that unused parameters cannot crash or hang.
@@ -154,7 +161,22 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
             stall) runs before that line. Keep it well below the process group's timeout
             (MMEngine's default is 30 minutes), so that the guard speaks first. Defaults to
             180.
-        **kwargs: Passed on to :class:`torch.nn.parallel.DistributedDataParallel`.
+        broadcast_buffers (bool): DDP's broadcast of rank 0's buffers (batch norm's running
+            statistics) at every forward. Defaults to False, as ``Runner.wrap_model``
+            builds MMEngine's own wrapper, not to torch's True: each rank keeps its own
+            statistics, and a val loop on every rank sees them. True costs one broadcast
+            per forward and gives every rank rank 0's.
+        **kwargs: Passed on to :class:`torch.nn.parallel.DistributedDataParallel`, as
+            written (``gradient_as_bucket_view``, ``bucket_cap_mb``, ``process_group``...).
+
+    **Handled as a DDP.** Everything else is DDP's own: ``state_dict`` keys (``module.``),
+    ``no_sync``, ``named_parameters``; ``copy.deepcopy`` and ``torch.save`` of the wrapper
+    (an EMA hook's copy) give a wrapper of the copy's own, with the same decision and no
+    stall guard, leaving this one's training as it was. Parameters whose ``requires_grad``
+    turns False after the wrapper was built (a backbone frozen after warm-up) are marked
+    ready for DDP without a gradient, as its graph search does, and are not unused; when
+    they require grad again they are tracked again. ``nn.Embedding(sparse=True)`` trains as
+    under DDP's graph search, skipped by some ranks or not.
     """
 
     comm_hook_refusal = ('GuardedDDP', 'build GuardedDDP with find_unused_parameters=True '
@@ -166,6 +188,7 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
                  static_graph: bool = False,
                  detect_anomalous_params: bool = False,
                  stall_timeout: Optional[float] = DEFAULT_STALL_TIMEOUT,
+                 broadcast_buffers: bool = RUNNER_DDP_DEFAULTS['broadcast_buffers'],
                  **kwargs):
         if not isinstance(static_graph, bool):
             raise TypeError(f'GuardedDDP: static_graph must be True or False, not '
@@ -192,11 +215,11 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
             module=module,
             detect_anomalous_params=detect_anomalous_params,
             find_unused_parameters=policy.decision.mode == FIND_UNUSED,
+            broadcast_buffers=broadcast_buffers,
             **static_graph_arguments(static_graph),
             **kwargs)
         set_static_graph(self, static_graph)
-        self.guard(module, usage_record, policy, _runner_iteration, _log_revision,
-                   stall_timeout, _log_stall)
+        self.guard(module, usage_record, policy, stall_timeout)
         self._runner = weakref.ref(runner) if runner is not None else None
         print_log(policy.decision.format(), logger='current',
                   level=logging.WARNING if policy.decision.warning else logging.INFO)
@@ -230,6 +253,26 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
                 detect_anomalous_params(parsed_loss, model=self)
         return log_vars
 
+    def iteration_of(self, own_count: int) -> int:
+        """``runner.iter`` as RuntimeInfoHook publishes it; ``own_count`` outside a Runner."""
+        iteration = MessageHub.get_current_instance().get_info('iter')
+        return own_count if iteration is None else iteration
+
+    def log_revision(self, message: str) -> None:
+        print_log(message, logger='current')
+
+    def log_stall(self, message: str, is_error: bool) -> None:
+        # Errors reach every rank's console (MMEngine shows only errors on ranks other than
+        # 0).
+        print_log(message, logger='current',
+                  level=logging.ERROR if is_error else logging.WARNING)
+
+    def _adapter_state(self):
+        return ('_runner', )
+
+    def _init_adapter_state(self) -> None:
+        self._runner = None  # a copy registers no hook on the original's Runner
+
     @untraced  # inside a compiled train_step: traced, it would be a frame of its own
     def _add_stall_phase_hook(self) -> None:
         """Once, at the first step (the Runner registers its hooks after building us)."""
@@ -260,21 +303,6 @@ def _settling_after_backward(optim_wrapper: OptimWrapper, wrapper: GuardedWrappe
         yield
     finally:
         del optim_wrapper.backward
-
-
-def _runner_iteration(own_count: int) -> int:
-    """``runner.iter`` as RuntimeInfoHook publishes it; ``own_count`` outside a Runner."""
-    iteration = MessageHub.get_current_instance().get_info('iter')
-    return own_count if iteration is None else iteration
-
-
-def _log_revision(message: str) -> None:
-    print_log(message, logger='current')
-
-
-def _log_stall(message: str, is_error: bool) -> None:
-    # Errors reach every rank's console (MMEngine shows only errors on ranks other than 0).
-    print_log(message, logger='current', level=logging.ERROR if is_error else logging.WARNING)
 
 
 def _building_runner():
