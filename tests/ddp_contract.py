@@ -81,6 +81,9 @@ class Case:
             embedding: DDP's graph search cannot train a sparse one that some rank leaves
             unused ("Expected sparse gradient to be defined"), and the same training with
             dense gradients is the independent computation the guard is held to.
+        momentum: SGD's; none for a sparse embedding (torch 1.12's SGD cannot keep a sparse
+            momentum: "set_indices_and_values_unsafe is not allowed on a Tensor created
+            from .data", in one process).
         around: ``around(ddp, iteration, extras, adapter)`` before each iteration; returns
             the wrapper to train from then on (a case may replace it with a copy).
         after: ``after(ddp, iteration, extras, adapter)`` after each step.
@@ -92,6 +95,7 @@ class Case:
     skip_branch: Callable[[int, int], bool] = _never
     skip_embedding: Callable[[int, int], bool] = _never
     accumulate: int = 1
+    momentum: float = 0.9
     own_wrapper_dense: bool = False
     around: Optional[Callable] = None
     after: Optional[Callable] = None
@@ -172,8 +176,9 @@ CASES = {
     'frozen_after_build': Case(unused=True, around=_freeze_then_unfreeze),
     'frozen_after_build_strict': Case(unused=True, guarded_mode=False,
                                       around=_freeze_then_unfreeze),
-    'sparse_embedding': Case(sparse=True),
+    'sparse_embedding': Case(sparse=True, momentum=0.0),
     'sparse_embedding_skipped': Case(unused=True, sparse=True, own_wrapper_dense=True,
+                                     momentum=0.0,
                                      skip_embedding=_skips_on_odd_rank_odd_iteration),
     'gradient_as_bucket_view': Case(unused=True, skip_branch=_skips_on_odd_rank_odd_iteration,
                                     wrapper_kwargs=dict(gradient_as_bucket_view=True)),
@@ -222,7 +227,7 @@ def train_case(adapter, name: str, guarded: bool) -> Dict:
                 if replaced is not ddp:
                     ddp, optimizer = replaced, None
             if optimizer is None:
-                optimizer = adapter.optimizer(ddp, case.accumulate)
+                optimizer = adapter.optimizer(ddp, case.accumulate, case.momentum)
             adapter.step(ddp, optimizer, _batch(iteration, rank, case), iteration,
                          case.accumulate)
             if case.after is not None:

@@ -35,8 +35,8 @@ class MMEngineAdapter:
         kwargs.setdefault('broadcast_buffers', False)
         return MMDistributedDataParallel(model, find_unused_parameters=mode, **kwargs)
 
-    def optimizer(self, ddp, accumulate: int):
-        return OptimWrapper(torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9),
+    def optimizer(self, ddp, accumulate: int, momentum: float):
+        return OptimWrapper(torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=momentum),
                             accumulative_counts=accumulate)
 
     def optimizer_state(self, optim_wrapper):

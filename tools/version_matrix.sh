@@ -63,7 +63,7 @@ TESTS=(
   tests/test_stall_guard_costs.py::test_a_compiled_model_with_a_sync_bn_compiles_the_same_frames_with_the_guard
 )
 # The openmmlab1 leg has no MMEngine: the layout's import rules, and its adapter's own tests.
-OPENMMLAB1_TESTS=(tests/test_layout.py tests/openmmlab1)
+OPENMMLAB1_TESTS=(tests/test_layout.py tests/test_ddp_contract.py tests/openmmlab1)
 
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
 

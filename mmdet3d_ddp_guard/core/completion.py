@@ -174,6 +174,12 @@ def _complete(params: List[torch.Tensor], sparse: List[bool],
     had_no_grad = [p.grad is None for p in frozen]
     for param in frozen:
         param.requires_grad_(True)
+    for param, is_sparse in zip(params, sparse):
+        if is_sparse and param.grad is not None and param.grad._nnz() == 0:
+            # A sparse gradient zeroed in place (zero_grad(set_to_none=False), torch < 2.0's
+            # default) has every dimension sparse; the zeros added to it would keep that
+            # layout, which gloo cannot reduce with the other ranks' embedding gradients.
+            param.grad = None
     try:
         torch.autograd.backward(params, [_zero_gradient(p, is_sparse)
                                          for p, is_sparse in zip(params, sparse)])

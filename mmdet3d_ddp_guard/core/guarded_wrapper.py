@@ -6,6 +6,7 @@ the user asked for and builds the usage record before DDP (its framework's way),
 :meth:`GuardedWrapper.guard` with what it decided.
 """
 import contextlib
+import weakref
 from typing import Callable, List, Optional, Tuple
 
 import torch
@@ -55,7 +56,12 @@ class GuardedWrapper:
         exit, and the stall guard's position and watchdog (None when it is off)."""
         self.policy = policy
         self.usage_record = usage_record
-        self.completion = UnusedCompletion(self, usage_record, policy, self.iteration_of,
+        # Weakly: the counts' comm hook lives in DDP's C++ reducer, where a reference back to
+        # this wrapper would keep it alive for ever (the loggers are static for the same
+        # reason: the watchdog's thread holds them).
+        this = weakref.ref(self)
+        self.completion = UnusedCompletion(self, usage_record, policy,
+                                           lambda count: this().iteration_of(count),
                                            self.log_revision)
         if dist.get_backend(self.process_group) == 'gloo':
             leave_gloo_cleanly_at_exit()
@@ -116,10 +122,14 @@ class GuardedWrapper:
         """The framework's iteration number, given how many backwards were settled."""
         raise NotImplementedError
 
-    def log_revision(self, message: str) -> None:
+    @staticmethod
+    def log_revision(message: str) -> None:
+        """Logs a revision of the decision, in the framework's logger."""
         raise NotImplementedError
 
-    def log_stall(self, message: str, is_error: bool) -> None:
+    @staticmethod
+    def log_stall(message: str, is_error: bool) -> None:
+        """Logs the stall guard's words, errors on every rank's console."""
         raise NotImplementedError
 
     def __getstate__(self):
@@ -153,3 +163,4 @@ class GuardedWrapper:
     def register_comm_hook(self, state, hook):
         self.completion.refuse_user_comm_hook(*self.comm_hook_refusal)
         super().register_comm_hook(state, hook)
+

@@ -217,10 +217,12 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
         runner = self._current_runner()
         return own_count if runner is None else runner.iter
 
-    def log_revision(self, message: str) -> None:
+    @staticmethod
+    def log_revision(message: str) -> None:
         print_log(message, logger='mmcv')
 
-    def log_stall(self, message: str, is_error: bool) -> None:
+    @staticmethod
+    def log_stall(message: str, is_error: bool) -> None:
         print_log(message, logger='mmcv', level=logging.ERROR if is_error else logging.WARNING)
 
     def _current_runner(self) -> Optional[BaseRunner]:

@@ -258,10 +258,12 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
         iteration = MessageHub.get_current_instance().get_info('iter')
         return own_count if iteration is None else iteration
 
-    def log_revision(self, message: str) -> None:
+    @staticmethod
+    def log_revision(message: str) -> None:
         print_log(message, logger='current')
 
-    def log_stall(self, message: str, is_error: bool) -> None:
+    @staticmethod
+    def log_stall(message: str, is_error: bool) -> None:
         # Errors reach every rank's console (MMEngine shows only errors on ranks other than
         # 0).
         print_log(message, logger='current',

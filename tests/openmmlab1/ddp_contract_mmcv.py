@@ -1,0 +1,70 @@
+"""The DDP contract's mmcv 1.x adapter: ``MMDistributedDataParallel(...)`` built as the 1.x
+training scripts build it (``broadcast_buffers=False``, ``find_unused_parameters`` from the
+config found on the call stack), guarded by the import or, with ``ddp_guard.enabled=False``,
+mmcv's own; a step as mmcv's ``OptimizerHook`` runs it (zero_grad, the wrapper's
+``train_step``, ``loss.backward()``, step), ``no_sync`` around all but the last micro-step
+of an accumulation window."""
+import contextlib
+
+import torch
+import torch.nn as nn
+from mmcv.parallel import MMDistributedDataParallel
+from mmcv.utils import Config
+
+import mmdet3d_ddp_guard  # noqa: F401 - guards MMDistributedDataParallel, as custom_imports does
+
+
+class ContractModel(nn.Module):
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, tokens, use_branch=True, use_embedding=True):
+        return self.net(tokens, use_branch, use_embedding)
+
+    def train_step(self, data, optimizer):
+        loss = self(**data)
+        return dict(loss=loss, log_vars=dict(loss=loss.item()), num_samples=len(data['tokens']))
+
+    def val_step(self, data, optimizer=None):
+        return self(**data).detach()
+
+
+class MMCVAdapter:
+
+    def model(self, net):
+        return ContractModel(net)
+
+    def wrap(self, model, guarded: bool, mode, **kwargs):
+        """``mode``: the config's ``find_unused_parameters`` ('auto': not written)."""
+        options = dict(ddp_guard=dict(enabled=guarded))
+        if mode != 'auto':
+            options['find_unused_parameters'] = mode
+        cfg = Config(options)  # read from the call stack, as from train_detector's
+        kwargs.setdefault('broadcast_buffers', False)
+        return MMDistributedDataParallel(
+            model, find_unused_parameters=cfg.get('find_unused_parameters', False), **kwargs)
+
+    def optimizer(self, ddp, accumulate: int, momentum: float):
+        return torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=momentum)
+
+    def optimizer_state(self, optimizer):
+        return optimizer.state_dict()
+
+    def step(self, ddp, optimizer, batch, iteration: int, accumulate: int):
+        last = (iteration + 1) % accumulate == 0
+        if iteration % accumulate == 0:
+            optimizer.zero_grad()
+        with contextlib.nullcontext() if last else ddp.no_sync():
+            outputs = ddp.train_step(batch, optimizer)
+            outputs['loss'].backward()
+        if last:
+            optimizer.step()
+
+    def val(self, ddp, batch):
+        return ddp.val_step(batch)
+
+    def forward(self, ddp, batch):
+        """A train-mode forward through the wrapper that nobody back-propagates."""
+        return ddp(**batch)
