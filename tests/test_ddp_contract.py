@@ -67,3 +67,30 @@ def test_the_guard_handles_and_trains_as_the_framework_s_own_wrapper(trained, ca
     for rank, result in enumerate(results[1:], 1):
         _assert_same(result[(case, True)]['weights'], results[0][(case, True)]['weights'],
                      f'{adapter} {case} rank {rank} weights against rank 0')
+
+
+@pytest.mark.skipif('mmengine' not in ADAPTERS, reason='needs MMEngine')
+def test_mmengine_s_hooks_handle_guarded_ddp_as_the_runner_s_own_wrapper(tmp_path):
+    """The README's ``model_wrapper_cfg = dict(type='GuardedDDP')`` against no
+    ``model_wrapper_cfg`` (MMEngine's own wrapper, as ``Runner.wrap_model`` builds it),
+    with an EMA hook that deep-copies the wrapper, a val loop every 2 iterations, a
+    checkpoint resumed (with SyncBuffersHook), and the wrapper saved whole: every rank's weights,
+    buffers, optimizer state, EMA, val metrics and saved copy are the same, bit for bit."""
+    from mmdet3d_ddp_guard.openmmlab2.guarded_ddp import RUNNER_DDP_DEFAULTS
+    from tests.ddp_contract_mmengine import train_runner_with_wrapper_hooks
+    results = run_distributed(train_runner_with_wrapper_hooks, str(tmp_path), timeout=240)
+    for rank, result in enumerate(results):
+        for resumed in (False, True):
+            own, guarded = result[(False, resumed)], result[(True, resumed)]
+            assert guarded['broadcast_buffers'] == own['broadcast_buffers'] \
+                == RUNNER_DDP_DEFAULTS['broadcast_buffers']
+            assert guarded['saved_class'] == 'GuardedDDP' and not guarded['saved_watchdog']
+            assert len(own['val_metrics']) == (1 if resumed else 3)
+            for kind in ('weights', 'buffers', 'optimizer', 'ema', 'val_metrics', 'saved'):
+                _assert_same(guarded[kind], own[kind], f'rank {rank} resumed={resumed} {kind}')
+    # Each rank keeps its own batch norm statistics, as under MMEngine's own wrapper, until
+    # SyncBuffersHook averages them.
+    statistics = [[result[(True, resumed)]['buffers']['net.norm.running_mean']
+                   for result in results] for resumed in (False, True)]
+    assert not torch.equal(*statistics[0])
+    assert torch.equal(*statistics[1])

@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import torch
 from mmcv.parallel import MMDistributedDataParallel
-from mmcv.runner import BaseRunner, Fp16OptimizerHook, OptimizerHook
+from mmcv.runner import BaseRunner, OptimizerHook
 from mmcv.utils import Config, print_log
 
 from ..core.config_lines import MMCV1_LINES
@@ -157,7 +157,6 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
             caller = sys._getframe(1).f_locals.get('self')
             if isinstance(caller, BaseRunner):  # mmcv's runners call model.train_step
                 self._runner = weakref.ref(caller)
-                self._refuse_fp16_on_the_cpu(caller)
                 if self.stall_watchdog is not None:
                     StallPhaseHook(self.stall_watchdog).attach(caller)
         with self._reporting():
@@ -174,16 +173,6 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
             self.step_backwards.expect_backwards(
                 loss if isinstance(loss, torch.Tensor) else None, reduces)
         return outputs
-
-    def _refuse_fp16_on_the_cpu(self, runner) -> None:
-        if self.device_ids or not any(isinstance(hook, Fp16OptimizerHook)
-                                      for hook in runner.hooks):
-            return
-        raise RuntimeError(
-            "mmdet3d_ddp_guard: mmcv's Fp16OptimizerHook needs CUDA: its auto_fp16 casts the "
-            "model's inputs to half precision, which CPU convolutions do not run, and its "
-            'loss scaler is torch.cuda.amp\'s. The model is on the CPU here: remove fp16 = '
-            'dict(...) from the config to train in float32 on the CPU, or train on GPUs.')
 
     def _backward_started(self) -> None:
         self.stall_position.enter('backward')

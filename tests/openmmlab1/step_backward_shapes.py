@@ -18,6 +18,15 @@ hook (plus hooks) that back-propagates it:
 - ``backward_styles``: a codebase's optimizer hook that calls ``loss.backward()``,
   ``torch.autograd.backward(loss)`` and no backward at all (a NaN skip) in turn
   (tests/openmmlab1/backward_styles.py);
+- ``fp16_optimizer_hook``: mmcv's ``Fp16OptimizerHook`` (``fp16 = dict(loss_scale=512.)``):
+  the scaled loss back-propagated; on the CPU its CUDA GradScaler turns itself off, and the
+  model (no ``auto_fp16`` of its own) trains in float32, under mmcv's own DDP as guarded;
+- ``ema_copies_the_wrapper``: BEVDet's ``MEGVIIEMAHook``, which deep-copies
+  ``runner.model`` (the wrapper), updates the copy after every iteration and, here, saves
+  the whole wrapper with ``torch.save`` at the end;
+- ``frozen_after_warm_up``: a hook freezes the trunk (``requires_grad=False``) at
+  iteration 1 and unfreezes it at iteration 3; mmcv's own DDP trains it with its graph
+  search only (its fast path raises "Expected to have finished reduction");
 - ``gradient_cumulative``: mmcv's ``GradientCumulativeOptimizerHook`` (``cumulative_iters=2``:
   the loss divided, DDP reducing every backward, a step every 2 iterations);
 - ``raises_and_skipped``: at iteration 1 the backward raises before reaching a parameter (a
@@ -27,6 +36,8 @@ hook (plus hooks) that back-propagates it:
 With ``unused=True`` rank 1 never runs the ``extra`` branch (rank-dependent unused
 parameters), which plain DDP's fast path cannot train.
 """
+import copy
+import io
 import logging
 import os.path as osp
 
@@ -157,12 +168,54 @@ class ProbeOnRankZeroHook(Hook):
             model.probe(torch.ones(2, 6)).backward()
 
 
+class CopyTheWrapperEMAHook(Hook):
+    """BEVDet's MEGVIIEMAHook: every SyncBatchNorm's group set to None around
+    ``deepcopy(runner.model)`` (the wrapper itself), the copy updated from
+    ``runner.model.module.state_dict()`` after every iteration; at the end the whole wrapper
+    saved with ``torch.save`` and loaded back."""
+
+    def before_run(self, runner):
+        sync_bns = [m for m in runner.model.modules() if isinstance(m, nn.SyncBatchNorm)]
+        groups = [m.process_group for m in sync_bns]
+        for module in sync_bns:
+            module.process_group = None
+        self.ema = copy.deepcopy(runner.model).eval()
+        for module, group in zip(sync_bns, groups):
+            module.process_group = group
+        for param in self.ema.parameters():
+            param.requires_grad_(False)
+
+    def after_train_iter(self, runner):
+        trained = runner.model.module.state_dict()
+        with torch.no_grad():
+            for key, value in self.ema.module.state_dict().items():
+                if value.dtype.is_floating_point:
+                    value.mul_(0.9).add_(trained[key], alpha=0.1)
+
+    def after_run(self, runner):
+        buffer = io.BytesIO()
+        torch.save(runner.model, buffer)
+        buffer.seek(0)
+        self.saved = torch.load(buffer)
+
+
+class FreezeTrunkAfterWarmUpHook(Hook):
+
+    def before_train_iter(self, runner):
+        if runner.iter in (1, 3):
+            for param in runner.model.module.trunk.parameters():
+                param.requires_grad_(runner.iter == 3)
+
+
 SHAPES = {
     'checkpoint_near_loss': [],
     'with_cp_block_last': [],
     'two_backwards': [dict(type='TwoBackwardsOptimizerHook')],
     'probe_on_rank_0': [ProbeOnRankZeroHook],
     'backward_styles': [dict(type='BackwardStylesOptimizerHook', grad_clip=None)],
+    'ema_copies_the_wrapper': [CopyTheWrapperEMAHook],
+    'frozen_after_warm_up': [FreezeTrunkAfterWarmUpHook],
+    'fp16_optimizer_hook': [dict(type='Fp16OptimizerHook', loss_scale=512.0, grad_clip=None)],
     'gradient_cumulative': [dict(type='GradientCumulativeOptimizerHook', cumulative_iters=2,
                                  grad_clip=None)],
     'raises_and_skipped': [dict(type='SkipOnErrorOptimizerHook')],
@@ -189,7 +242,7 @@ def train_shape(shape: str, wrapper: str, unused: bool, work_dir: str):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     logger = logging.getLogger(f'shape.{shape}.{wrapper}')
     runner = IterBasedRunner(ddp, optimizer=optimizer, work_dir=osp.join(work_dir, wrapper),
-                             logger=logger, max_iters=ITERATIONS)
+                             logger=logger, max_iters=ITERATIONS, meta=dict())
     hooks = SHAPES[shape]
     optimizer_hook = next((hook for hook in hooks if isinstance(hook, dict)),
                           dict(grad_clip=None))
@@ -202,9 +255,16 @@ def train_shape(shape: str, wrapper: str, unused: bool, work_dir: str):
     except Exception as error:  # noqa: B902 - the parent test reads it
         return dict(error=f'{type(error).__name__}: {error}')
     momenta = [optimizer.state[p].get('momentum_buffer') for p in model.parameters()]
-    return dict(weights={k: v.detach().clone() for k, v in model.named_parameters()},
-                buffers={k: v.clone() for k, v in model.named_buffers()},
-                momenta=[None if m is None else m.clone() for m in momenta])
+    result = dict(weights={k: v.detach().clone() for k, v in model.named_parameters()},
+                  buffers={k: v.clone() for k, v in model.named_buffers()},
+                  momenta=[None if m is None else m.clone() for m in momenta])
+    for hook in runner.hooks:
+        if isinstance(hook, CopyTheWrapperEMAHook):
+            result.update(ema=hook.ema.state_dict(), saved=hook.saved.state_dict(),
+                          copies=[type(hook.ema).__name__, type(hook.saved).__name__],
+                          copies_watchdogs=[getattr(copy_, 'stall_watchdog', None) is not None
+                                            for copy_ in (hook.ema, hook.saved)])
+    return result
 
 
 def train_every_wrapper(rank, world_size, runs, work_dir):

@@ -17,7 +17,11 @@ CHECKPOINTED = ('checkpoint_near_loss', 'with_cp_block_last')
 #: The graph search cannot run the checkpointed shapes, so they are trained with every
 #: parameter used only.
 RANK_DEPENDENT = ('two_backwards', 'probe_on_rank_0', 'backward_styles', 'gradient_cumulative',
-                  'raises_and_skipped')
+                  'raises_and_skipped', 'fp16_optimizer_hook', 'ema_copies_the_wrapper')
+#: mmcv's own DDP trains a trunk frozen after warm-up with its graph search only: every mode
+#: of the guard, the strict one included (a frozen parameter is not unused), is held to it.
+FROZEN = 'frozen_after_warm_up'
+FROZEN_RUNS = [(FROZEN, wrapper, False) for wrapper in ('graph_search', 'auto', 'strict')]
 NOTHING_UNUSED = CHECKPOINTED + RANK_DEPENDENT
 TRAINS_AS = {
     False: ('plain', ('auto', 'strict')),
@@ -29,6 +33,7 @@ RUNS = (
      if not (shape in CHECKPOINTED and wrapper == 'guarded_true')]
     + [(shape, wrapper, True) for shape in RANK_DEPENDENT
        for wrapper in ('graph_search', 'auto', 'guarded_true')]
+    + FROZEN_RUNS
     # Last, since they end in an error (the same on both ranks).
     + [(shape, wrapper, False) for shape in CHECKPOINTED
        for wrapper in ('graph_search', 'guarded_true')]
@@ -49,7 +54,9 @@ def trained(tmp_path_factory):
 def _assert_equal(result, expected, where, buffers=True):
     """Weights and momenta; buffers (each rank's own) only against the same rank's."""
     assert 'error' not in result, (where, result.get('error'))
-    for kind in ('weights', 'buffers') if buffers else ('weights', ):
+    assert result.keys() == expected.keys(), where
+    for kind in [k for k in ('weights', 'buffers', 'ema', 'saved')
+                 if k in expected and (buffers or k == 'weights')]:
         assert result[kind].keys() == expected[kind].keys()
         for name, value in result[kind].items():
             assert torch.equal(value, expected[kind][name]), (where, name)
@@ -73,6 +80,28 @@ def test_every_mode_trains_the_shape_as_mmcv_s_own_ddp(trained, shape, unused):
                           f'{wrapper} rank {rank} vs {reference}')
             _assert_equal(trained[rank][(shape, wrapper, unused)], expected[0],
                           f'{wrapper} rank {rank} vs {reference} rank 0', buffers=False)
+
+
+def test_a_trunk_frozen_after_warm_up_trains_in_every_mode_as_the_graph_search(trained):
+    """Parameters that stop requiring grad after the wrapper was built are neither
+    completed with a gradient nor a failure, in the strict mode too; unfrozen, they train
+    again."""
+    for rank in (0, 1):
+        expected = trained[rank][(FROZEN, 'graph_search', False)]
+        for wrapper in ('auto', 'strict'):
+            _assert_equal(trained[rank][(FROZEN, wrapper, False)], expected,
+                          f'{wrapper} rank {rank} vs the graph search')
+
+
+def test_an_ema_copy_of_the_guarded_wrapper_is_a_guarded_wrapper_without_a_stall_guard(
+        trained):
+    for rank in (0, 1):
+        for unused, wrapper in ((False, 'auto'), (True, 'auto'), (False, 'plain')):
+            result = trained[rank][('ema_copies_the_wrapper', wrapper, unused)]
+            classes = ('GuardedMMDistributedDataParallel' if wrapper == 'auto'
+                       else 'CPUCompatibleMMDistributedDataParallel')
+            assert result['copies'] == [classes] * 2, result['copies']
+            assert result['copies_watchdogs'] == [False, False]
 
 
 @pytest.mark.parametrize('shape', CHECKPOINTED)
