@@ -101,25 +101,38 @@ class Case:
     after: Optional[Callable] = None
 
 
+def copy_for_ema(wrapper):
+    """BEVDet's MEGVIIEMAHook's copy: every SyncBatchNorm's process group set to None around
+    ``deepcopy(runner.model)`` (the wrapper itself), the copy in eval mode and frozen."""
+    sync_bns = [m for m in wrapper.modules() if isinstance(m, nn.SyncBatchNorm)]
+    groups = [m.process_group for m in sync_bns]
+    for module in sync_bns:
+        module.process_group = None
+    ema = copy.deepcopy(wrapper).eval()
+    for module, group in zip(sync_bns, groups):
+        module.process_group = group
+    for param in ema.parameters():
+        param.requires_grad_(False)
+    return ema
+
+
+def update_ema(ema, wrapper, decay: float = 0.9) -> None:
+    """The hook's update after every iteration, from ``runner.model.module.state_dict()``."""
+    trained = wrapper.module.state_dict()
+    with torch.no_grad():
+        for key, value in ema.module.state_dict().items():
+            if value.dtype.is_floating_point:
+                value.mul_(decay).add_(trained[key], alpha=1 - decay)
+
+
 def _copy_for_ema(ddp, iteration, extras, adapter):
-    """BEVDet's MEGVIIEMAHook: ``deepcopy(runner.model)`` (the wrapper) in eval mode, with
-    its parameters frozen, once, before the first step."""
     if iteration == 0:
-        ema = copy.deepcopy(ddp).eval()
-        for param in ema.parameters():
-            param.requires_grad_(False)
-        extras['ema'] = ema
+        extras['ema'] = copy_for_ema(ddp)
     return ddp
 
 
-def _update_ema(ddp, iteration, extras, adapter, decay=0.9):
-    """The EMA's update from the wrapper's state_dict, by the copy's own keys."""
-    ema = extras['ema']
-    trained = ddp.state_dict()
-    with torch.no_grad():
-        for key, value in ema.state_dict().items():
-            if value.dtype.is_floating_point:
-                value.mul_(decay).add_(trained[key].detach(), alpha=1 - decay)
+def _update_ema(ddp, iteration, extras, adapter):
+    update_ema(extras['ema'], ddp)
 
 
 def _pickle_and_train_the_copy(ddp, iteration, extras, adapter):
@@ -196,14 +209,14 @@ def _batch(iteration: int, rank: int = 0, case: Optional[Case] = None) -> Dict:
     return batch
 
 
-def _dense(value):
+def dense_copy(value):
     """Sparse gradients leave sparse momenta: compared as dense tensors."""
     if isinstance(value, torch.Tensor):
         return value.to_dense().clone() if value.is_sparse else value.detach().clone()
     if isinstance(value, dict):
-        return {key: _dense(item) for key, item in value.items()}
+        return {key: dense_copy(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_dense(item) for item in value)
+        return type(value)(dense_copy(item) for item in value)
     return value
 
 
@@ -235,17 +248,17 @@ def train_case(adapter, name: str, guarded: bool) -> Dict:
     except Exception as error:  # noqa: B902 - the test reads it
         return dict(error=f'{type(error).__name__}: {error}')
     result = dict(
-        weights=_dense(dict(ddp.module.named_parameters())),
-        buffers=_dense(dict(ddp.module.named_buffers())),
-        optimizer=_dense(adapter.optimizer_state(optimizer)),
+        weights=dense_copy(dict(ddp.module.named_parameters())),
+        buffers=dense_copy(dict(ddp.module.named_buffers())),
+        optimizer=dense_copy(adapter.optimizer_state(optimizer)),
         names=[name for name, _ in ddp.named_parameters()],
         state_dict_keys=list(ddp.state_dict()),
         wrapper_class=type(ddp).__name__,
-        val=_dense(extras.get('val', [])))
+        val=dense_copy(extras.get('val', [])))
     if 'ema' in extras:
         ema = extras['ema']
-        result.update(ema=_dense(ema.state_dict()), ema_class=type(ema).__name__,
-                      ema_output=_dense(adapter.val(ema, _batch(7))))
+        result.update(ema=dense_copy(ema.state_dict()), ema_class=type(ema).__name__,
+                      ema_output=dense_copy(adapter.val(ema, _batch(7))))
     wrappers = dict(trained=ddp, **{role: extras[role] for role in ('ema', 'original')
                                       if role in extras})
     if guarded:

@@ -2,13 +2,11 @@
 ``MMDistributedDataParallel`` built as ``Runner.wrap_model`` builds it, each trained through
 its ``train_step`` and an ``OptimWrapper`` (``accumulative_counts``: MMEngine's ``no_sync``)."""
 import contextlib
-import copy
 import io
 import os.path as osp
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 from mmengine.config import Config
 from mmengine.evaluator import BaseMetric
 from mmengine.hooks import Hook
@@ -18,7 +16,7 @@ from mmengine.registry import DATASETS, HOOKS, METRICS, MODELS
 from mmengine.runner import Runner
 
 from mmdet3d_ddp_guard import GuardedDDP
-from tests.ddp_contract import ContractNet, _dense
+from tests.ddp_contract import ContractNet, dense_copy, copy_for_ema, update_ema
 from tests.dist_utils import TRUSTED_LOAD
 
 
@@ -121,24 +119,12 @@ class CopyTheWrapperEMAHook(Hook):
     wrapper saved with ``torch.save`` and loaded back."""
 
     def before_run(self, runner):
-        sync_bns = [m for m in runner.model.modules() if isinstance(m, nn.SyncBatchNorm)]
-        groups = [m.process_group for m in sync_bns]
-        for module in sync_bns:
-            module.process_group = None
-        self.ema = copy.deepcopy(runner.model).eval()
-        for module, group in zip(sync_bns, groups):
-            module.process_group = group
+        self.ema = copy_for_ema(runner.model)
         assert is_model_wrapper(self.ema), type(self.ema)
-        for param in self.ema.parameters():
-            param.requires_grad_(False)
         self.val_metrics = []
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
-        trained = runner.model.module.state_dict()
-        with torch.no_grad():
-            for key, value in self.ema.module.state_dict().items():
-                if value.dtype.is_floating_point:
-                    value.mul_(EMA_DECAY).add_(trained[key], alpha=1 - EMA_DECAY)
+        update_ema(self.ema, runner.model, EMA_DECAY)
 
     def after_val_epoch(self, runner, metrics=None):
         self.val_metrics.append(dict(metrics))
@@ -220,12 +206,12 @@ def train_runner_with_wrapper_hooks(rank: int, world_size: int, work_dir: str):
             model = runner.model.module
             results[(guarded, resume)] = dict(
                 broadcast_buffers=runner.model.broadcast_buffers,
-                weights=_dense(dict(model.named_parameters())),
-                buffers=_dense(dict(model.named_buffers())),
-                optimizer=_dense(runner.optim_wrapper.state_dict()),
-                ema=_dense(ema.ema.state_dict()),
+                weights=dense_copy(dict(model.named_parameters())),
+                buffers=dense_copy(dict(model.named_buffers())),
+                optimizer=dense_copy(runner.optim_wrapper.state_dict()),
+                ema=dense_copy(ema.ema.state_dict()),
                 val_metrics=ema.val_metrics,
-                saved=_dense(ema.saved.state_dict()),
+                saved=dense_copy(ema.saved.state_dict()),
                 saved_class=type(ema.saved).__name__,
                 saved_watchdog=getattr(ema.saved, 'stall_watchdog', None) is not None)
             watchdog = getattr(runner.model, 'stall_watchdog', None)

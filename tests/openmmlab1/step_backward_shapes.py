@@ -36,7 +36,6 @@ hook (plus hooks) that back-propagates it:
 With ``unused=True`` rank 1 never runs the ``extra`` branch (rank-dependent unused
 parameters), which plain DDP's fast path cannot train.
 """
-import copy
 import io
 import logging
 import os.path as osp
@@ -51,6 +50,7 @@ from torch.utils.checkpoint import checkpoint
 
 import mmdet3d_ddp_guard  # noqa: F401 - guards MMDistributedDataParallel, as custom_imports does
 import tests.openmmlab1.backward_styles  # noqa: F401 - registers BackwardStylesOptimizerHook
+from tests.ddp_contract import copy_for_ema, update_ema
 
 ITERATIONS = 4
 #: The config lines of each wrapper a user can get (``ddp_guard.stall_timeout=None``: the
@@ -175,22 +175,10 @@ class CopyTheWrapperEMAHook(Hook):
     saved with ``torch.save`` and loaded back."""
 
     def before_run(self, runner):
-        sync_bns = [m for m in runner.model.modules() if isinstance(m, nn.SyncBatchNorm)]
-        groups = [m.process_group for m in sync_bns]
-        for module in sync_bns:
-            module.process_group = None
-        self.ema = copy.deepcopy(runner.model).eval()
-        for module, group in zip(sync_bns, groups):
-            module.process_group = group
-        for param in self.ema.parameters():
-            param.requires_grad_(False)
+        self.ema = copy_for_ema(runner.model)
 
     def after_train_iter(self, runner):
-        trained = runner.model.module.state_dict()
-        with torch.no_grad():
-            for key, value in self.ema.module.state_dict().items():
-                if value.dtype.is_floating_point:
-                    value.mul_(0.9).add_(trained[key], alpha=0.1)
+        update_ema(self.ema, runner.model)
 
     def after_run(self, runner):
         buffer = io.BytesIO()
