@@ -74,8 +74,9 @@ def test_mmengine_s_hooks_handle_guarded_ddp_as_the_runner_s_own_wrapper(tmp_pat
     """The README's ``model_wrapper_cfg = dict(type='GuardedDDP')`` against no
     ``model_wrapper_cfg`` (MMEngine's own wrapper, as ``Runner.wrap_model`` builds it),
     with an EMA hook that deep-copies the wrapper, a val loop every 2 iterations, a
-    checkpoint resumed (with SyncBuffersHook), and the wrapper saved whole: every rank's weights,
-    buffers, optimizer state, EMA, val metrics and saved copy are the same, bit for bit."""
+    checkpoint resumed (with SyncBuffersHook), and the wrapper saved whole: every rank's
+    weights, buffers, optimizer state, EMA, val metrics and saved copy are the same, bit for
+    bit."""
     from mmdet3d_ddp_guard.openmmlab2.guarded_ddp import RUNNER_DDP_DEFAULTS
     from tests.ddp_contract_mmengine import train_runner_with_wrapper_hooks
     results = run_distributed(train_runner_with_wrapper_hooks, str(tmp_path), timeout=240)

@@ -137,7 +137,8 @@ class GuardedWrapper:
         for name in self._guard_state + self._adapter_state():
             state.pop(name, None)
         if '_comm_hooks' in state:  # torch >= 2.0 keeps them; the counts' is this wrapper's
-            state['_comm_hooks'] = [(hook, hook_state) for hook, hook_state in state['_comm_hooks']
+            state['_comm_hooks'] = [(hook, hook_state)
+                                    for hook, hook_state in state['_comm_hooks']
                                     if not isinstance(hook_state, UnusedCountsState)]
         return state
 
@@ -163,4 +164,3 @@ class GuardedWrapper:
     def register_comm_hook(self, state, hook):
         self.completion.refuse_user_comm_hook(*self.comm_hook_refusal)
         super().register_comm_hook(state, hook)
-

@@ -211,11 +211,12 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
         # record's hooks must be added to the AccumulateGrad nodes ahead of DDP's (see
         # accumulate_grad_hooks).
         usage_record = ParamUsageRecord(module, kwargs.get('process_group'))
+        if 'forward_sync_buffers' not in kwargs:  # torch 2.13's new name for it wins
+            kwargs['broadcast_buffers'] = broadcast_buffers
         super().__init__(
             module=module,
             detect_anomalous_params=detect_anomalous_params,
             find_unused_parameters=policy.decision.mode == FIND_UNUSED,
-            broadcast_buffers=broadcast_buffers,
             **static_graph_arguments(static_graph),
             **kwargs)
         set_static_graph(self, static_graph)
