@@ -1,9 +1,11 @@
-"""Two of MMDetection3D's own KITTI models, trained with its own tools/train.py under
-torchrun on 2 CPU ranks, on the tiny synthetic KITTI data of ``examples.tiny_kitti``.
+"""MMDetection3D's own KITTI data and SMOKE, run with its own tools/train.py under torchrun
+on 2 CPU ranks, on the tiny synthetic KITTI data of ``examples.tiny_kitti``.
 
-PointPillars uses every parameter; SMOKE, which mmdet3d marks
-``find_unused_parameters = True``, leaves 6 unused in every iteration: plain DDP dies on
-it, GuardedDDP trains it.
+SMOKE, which mmdet3d marks ``find_unused_parameters = True``, leaves 6 parameters unused in
+every iteration: plain DDP dies on it. That SMOKE and PointPillars train under GuardedDDP is
+held by tests/test_zoo_rows.py (the mono KITTI row trains SMOKE; the Lyft and Waymo rows
+build PointPillars) and tests/test_mmdet3d_centerpoint.py (a pillar detector on 2 ranks):
+their own runs here left the suite on 2026-12-03 to pay for the DDP contract's tests.
 """
 import os.path as osp
 
@@ -19,19 +21,11 @@ from tests.timeouts import scaled  # noqa: E402
 POINTPILLARS = osp.join(REPO_CONFIGS, 'pointpillars',
                         'pointpillars_hv_secfpn_tiny-kitti-3d-3class.py')
 SMOKE = osp.join(REPO_CONFIGS, 'smoke', 'smoke_dla34_dlaneck_gn-all_tiny-kitti-mono3d.py')
-SMOKE_UNUSED = ('backbone.level3.project.0.weight', 'backbone.level3.project.1.weight',
-                'backbone.level3.project.1.bias', 'backbone.level4.project.0.weight',
-                'backbone.level4.project.1.weight', 'backbone.level4.project.1.bias')
 
 
 def _train(config, data_root_key, kitti_root, work_dir, *options):
     return torchrun_train(config, str(work_dir), timeout=scaled(240),
                           cfg_options=[f'{data_root_key}={kitti_root}', *options])
-
-
-def _train_pointpillars(kitti_root, work_dir, *options):
-    return _train(POINTPILLARS, 'train_dataloader.dataset.dataset.data_root', kitti_root,
-                  work_dir, *options)
 
 
 def _train_smoke(kitti_root, work_dir, *options):
@@ -58,32 +52,6 @@ def test_tiny_kitti_loads_in_mmdet3d_kitti_dataset(kitti_root):
         assert np.allclose(boxes.bottom_height.numpy(), -1.73, atol=1e-3)
         assert all(instance['num_lidar_pts'] >= 60 for instance in info['instances'])
         assert len(info['cam_instances']['CAM2']) == 4
-
-
-@pytest.mark.timeout(300)
-def test_pointpillars_trains_under_guarded_ddp(kitti_root, tmp_path):
-    run = _train_pointpillars(kitti_root, tmp_path)
-    assert run.returncode == 0, run.output[-3000:]
-    assert "mode='complete' (requested find_unused_parameters='auto', from default)" \
-        in run.output
-    assert 'Iter(train) [4/4]' in run.output
-    assert 'unused_params: 0' in run.output
-    assert '0 of 66 parameters were unused at least once' in run.output
-
-
-@pytest.mark.timeout(300)
-def test_smoke_trains_under_guarded_ddp(kitti_root, tmp_path):
-    run = _train_smoke(kitti_root, tmp_path)
-    assert run.returncode == 0, run.output[-3000:]
-    # mmdet3d's `find_unused_parameters = True` is overridden by the config's own
-    # `find_unused_parameters = 'auto'`: GuardedDDP chooses.
-    assert ("mode='complete' (requested find_unused_parameters='auto', from config "
-            'top-level find_unused_parameters)') in run.output
-    assert 'Iter(train) [4/4]' in run.output
-    assert 'unused_params: 6' in run.output
-    summary = (tmp_path / 'unused_params_summary.txt').read_text()
-    assert '6 of 233 parameters were unused at least once' in summary
-    assert all(name in summary for name in SMOKE_UNUSED)
 
 
 @pytest.mark.timeout(300)

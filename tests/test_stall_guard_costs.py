@@ -41,7 +41,9 @@ def _crash(tmp_path, nproc: int, stall_timeout):
         cfg_options=[f'model_wrapper_cfg.stall_timeout={stall_timeout}'])
 
 
-@pytest.mark.parametrize('nproc', [2, 4])
+# 2 ranks: the 4-rank case (26.7 s against 31.4 s, docs/performance.md) left the suite on
+# 2026-12-03 to pay for the DDP contract's tests; a crash is re-raised on its own rank.
+@pytest.mark.parametrize('nproc', [2])
 def test_a_crash_ends_as_fast_as_without_the_guard_with_its_traceback(tmp_path, nproc):
     """mmdet3d's tools/train.py under torchrun; rank 1 raises in its forward at iteration 3
     while the others go on to the gradient all-reduce."""
