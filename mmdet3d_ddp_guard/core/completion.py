@@ -83,10 +83,8 @@ class UnusedCompletion:
         the parameters whose gradients it completed with zeros for DDP."""
         record = self.record
         local_unused = record.local_unused()
-        # Only a backward that reduces leaves DDP's buckets waiting for unreached parameters
-        # (and for parameters frozen since DDP was built: DDP's reducer still holds them).
+        # Only a backward that reduces leaves DDP's buckets waiting for unreached parameters.
         unreached = record.local_unreached() if reduces and local_unused else ()
-        frozen = record.local_frozen() if reduces and self._counts is not None else ()
         iteration = self.current_iteration()
         self.iterations_ended += 1
         if self.policy.decision.mode == STATIC_GRAPH and reduces:
@@ -96,6 +94,8 @@ class UnusedCompletion:
             # 'static_graph'), or carried by the window's last bucket (accumulation).
             record.end_local_iteration(iteration, local_unused, bool(unreached))
             return []
+        # DDP's reducer still waits for parameters frozen since it was built, too.
+        frozen = record.local_frozen()
         # What DDP's graph search leaves untouched must stay untouched: a gradient that was
         # None before this window (set_to_none=True, torch >= 2.0's default) goes back to
         # None below; one zeroed in place (set_to_none=False) stays a zero tensor. Read
@@ -162,7 +162,6 @@ class UnusedCompletion:
             raise static_graph_changed_error(self.record.table, self._static_graph_unused,
                                              local_unused, iteration, self.record.rank,
                                              self.policy.lines)
-
 
 
 def _complete(params: List[torch.Tensor], sparse: List[bool],
