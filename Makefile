@@ -6,8 +6,9 @@ unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test test-one test-openmmlab1 test-matrix venv bench docs clean
 
+# The demo's driver, model and data writers are in demo/, outside the installed package.
 demo: venv
-	$(PY) -m mmdet3d_ddp_guard demo
+	$(PY) -m demo
 
 # First the openmmlab1 leg (OpenMMLab 1.x, the only test of its adapter: never left out),
 # then the whole suite on the pinned stack (the slowest tests are listed at the end; under

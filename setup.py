@@ -1,8 +1,4 @@
-import os
-import shutil
-
 from setuptools import find_packages, setup
-from setuptools.command.build_py import build_py
 
 PACKAGE = 'mmdet3d_ddp_guard'
 
@@ -14,29 +10,6 @@ def read_version():
     return namespace['__version__']
 
 
-class BuildWithConfigs(build_py):
-    """Also ships what ``_base_ = ['mmdet3d_ddp_guard::_base_/ddp_guard.py']`` needs after a
-    regular install (see mmdet3d_ddp_guard/openmmlab2/config_scope.py): the repository's
-    ``configs/`` as ``mmdet3d_ddp_guard/.mim/configs`` (where MMEngine looks, as for
-    ``mmdet3d::``), an empty ``model-index.yml`` beside them (MMEngine reads it before falling
-    back to the path), and a ``.pth`` file that lets MMEngine accept the ``mmdet3d_ddp_guard::`` scope.
-    An editable install gets none of these: there, inherit configs by path."""
-
-    def run(self):
-        super().run()
-        if getattr(self, 'editable_mode', False):
-            return
-        mim = os.path.join(self.build_lib, PACKAGE, '.mim')
-        shutil.copytree('configs', os.path.join(mim, 'configs'), dirs_exist_ok=True)
-        with open(os.path.join(mim, 'model-index.yml'), 'w') as f:
-            f.write('Import: []\n')
-        startup_module = f'{PACKAGE}_config_scope'
-        shutil.copy(os.path.join(PACKAGE, 'openmmlab2', 'config_scope.py'),
-                    os.path.join(self.build_lib, f'{startup_module}.py'))
-        with open(os.path.join(self.build_lib, f'{PACKAGE}.pth'), 'w') as f:
-            f.write(f'import {startup_module}; {startup_module}.install()\n')
-
-
 setup(
     name=PACKAGE,
     version=read_version(),
@@ -44,24 +17,25 @@ setup(
     'unused parameters: a guarded DDP wrapper and an unused-parameter hook.',
     long_description=open('README.md').read(),
     long_description_content_type='text/markdown',
-    packages=find_packages(exclude=('tests', 'tests.*')),
+    # The package alone: the demo's and the tests' models and data writers stay in the
+    # repository, and nothing else is written into site-packages.
+    packages=find_packages(include=(PACKAGE, f'{PACKAGE}.*')),
     python_requires='>=3.8',
     # Nothing here, as in OpenMMLab's own packages: the user installs the torch that fits
     # their CUDA, and pip must never replace it; and the framework is the user's too, MMEngine
     # (mmdet3d >= 1.1) or mmcv-full 1.x (mmdet 2.x, mmdet3d 0.x / 1.0.0rc), which must not get
     # the other one installed beside it. The supported ranges (torch >= 1.9, newest tested
     # 2.14; mmengine >= 0.8 as mmdet3d 1.4 requires; mmcv-full >= 1.4) are checked at import,
-    # in mmdet3d_ddp_guard/core/versions.py. No upper caps, so that pip never downgrades.
+    # in mmdet3d_ddp_guard/environment/versions.py. No upper caps, so that pip never downgrades.
     install_requires=[],
     extras_require={
         'mmengine': ['mmengine>=0.8'],
-        # The real 3D stack, for the examples, the check command on mmdet3d configs and the
+        # The real 3D stack, for the demo, the check command on mmdet3d configs and the
         # end-to-end tests. mmcv must be built with its C++ ops: see tools/make_venv.sh. The
         # caps are mmdet3d 1.4's own: it refuses mmcv >= 2.2 and mmdet >= 3.4 at import.
         'mmdet3d': ['mmcv>=2.0.0rc4,<2.2.0', 'mmdet>=3.0,<3.4', 'mmdet3d>=1.1'],
         'tests': ['pytest', 'pytest-timeout'],
     },
-    cmdclass={'build_py': BuildWithConfigs},
     entry_points={
         'console_scripts': [
             'mmdet3d-ddp-guard=mmdet3d_ddp_guard.__main__:main',

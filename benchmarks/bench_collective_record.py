@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from mmdet3d_ddp_guard.core.stall_guard import recording_functions
-from mmdet3d_ddp_guard.core.stall_guard.collective_log import CollectiveLog
+from mmdet3d_ddp_guard.stall_guard import recording_functions
+from mmdet3d_ddp_guard.stall_guard.collective_log import CollectiveLog
 
 
 class Leaf(nn.Module):

@@ -20,7 +20,7 @@ from mmengine.logging import MMLogger
 from mmengine.runner import Runner
 
 import mmdet3d_ddp_guard  # noqa: F401 (registers GuardedDDP, the hook, the CPU launch fix)
-import mmdet3d_ddp_guard.examples.bev_net  # noqa: F401 (registers BEVConvNet, its data)
+import tests.toys.bev_net  # noqa: F401 (registers BEVConvNet, its data)
 
 WRAPPERS = {
     'GuardedDDP': dict(type='GuardedDDP'),

@@ -13,8 +13,8 @@ import re
 import statistics
 import tempfile
 
-from mmdet3d_ddp_guard.cli.make_tiny_data import DEFAULT_ROOT, make_tiny_data
-from mmdet3d_ddp_guard.cli.launch import torchrun_train
+from demo.make_tiny_data import DEFAULT_ROOT, make_tiny_data
+from demo.launch import torchrun_train
 
 CONFIGS = {
     'CenterPoint + gated layer (nuScenes)':

@@ -28,9 +28,9 @@ import time
 import torch.distributed as dist
 import torch.nn as nn
 
-from mmdet3d_ddp_guard.core.stall_guard.rank_position import RankPosition
-from mmdet3d_ddp_guard.core.stall_guard.stall_watchdog import StallWatchdog
-from mmdet3d_ddp_guard.core.stall_guard.store_protocol import KEY_PREFIX, StallStore
+from mmdet3d_ddp_guard.stall_guard.rank_position import RankPosition
+from mmdet3d_ddp_guard.stall_guard.stall_watchdog import StallWatchdog
+from mmdet3d_ddp_guard.stall_guard.store_protocol import KEY_PREFIX, StallStore
 
 _RUNS = itertools.count()
 

@@ -38,8 +38,8 @@ from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import OptimWrapper
 
 from mmdet3d_ddp_guard import GuardedDDP
-from mmdet3d_ddp_guard.examples import ToyDetector, make_toy_batch
-from mmdet3d_ddp_guard.examples.bev_net import BEVConvNet, make_bev_batch
+from tests.toys import ToyDetector, make_toy_batch
+from tests.toys.bev_net import BEVConvNet, make_bev_batch
 
 PLAIN, SEARCH, GUARDED = 'ddp_find_unused_false', 'ddp_find_unused_true', 'guarded_auto'
 #: GuardedDDP('auto') with its stall guard off: the stall guard's own cost is the difference.

@@ -23,8 +23,8 @@ import torch.nn as nn
 from torch.nn.modules._functions import SyncBatchNorm as SyncBatchNormFunction
 
 from mmdet3d_ddp_guard import GuardedDDP
-from mmdet3d_ddp_guard.core.stall_guard import recording_functions
-from mmdet3d_ddp_guard.core.stall_guard.collective_log import CollectiveLog
+from mmdet3d_ddp_guard.stall_guard import recording_functions
+from mmdet3d_ddp_guard.stall_guard.collective_log import CollectiveLog
 
 GATHERS = ('all_gather_single', 'all_gather_into_tensor', '_all_gather_base')
 

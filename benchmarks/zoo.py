@@ -179,7 +179,7 @@ def explain(output: str):
 
 
 def ensure_data(kinds: List[str]) -> None:
-    from mmdet3d_ddp_guard.examples.tiny_zoo import make_zoo_data
+    from tests.tiny_data.tiny_zoo import make_zoo_data
     wanted = [zoo_overrides.TINY_DATASETS[k] for k in kinds]
     missing = [name for name in wanted
                if not osp.isfile(osp.join(DATA_ROOT, name, '.complete'))]
@@ -233,7 +233,7 @@ _SUMMARY = re.compile(r'(\d+) of (\d+) parameters were unused at least once')
 
 
 def run_training(path: str, work_dir: str, nproc: int, iters: int, timeout: float) -> Dict:
-    from mmdet3d_ddp_guard.cli.launch import torchrun_train
+    from demo.launch import torchrun_train
     train_dir = osp.join(work_dir, 'train')
     os.makedirs(train_dir, exist_ok=True)
     # The workers run mmdet3d's tools/train.py, whose folder, not this checkout, heads their

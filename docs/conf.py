@@ -35,15 +35,21 @@ html_show_sourcelink = False
 
 class CliHelp(SphinxDirective):
     """``{cli-help} check``: a command's usage and options, from its own argparse definition,
-    so the reference cannot fall behind the code."""
+    so the reference cannot fall behind the code. A dotted name is a module of the repository
+    run with ``python -m`` (``{cli-help} demo.make_tiny_data``); ``demo`` is the demo's."""
 
     required_arguments = 1
 
     def run(self):
         command = self.arguments[0]
-        module = importlib.import_module(f'mmdet3d_ddp_guard.cli.{command.replace("-", "_")}')
+        if command == 'demo' or '.' in command:
+            module = importlib.import_module(command + ('.__main__' if command == 'demo' else ''))
+            prog = f'python -m {command}'
+        else:
+            module = importlib.import_module(f'mmdet3d_ddp_guard.cli.{command}')
+            prog = f'python -m mmdet3d_ddp_guard {command}'
         parser = argparse.ArgumentParser(
-            prog=f'python -m mmdet3d_ddp_guard {command}',
+            prog=prog,
             formatter_class=lambda prog: argparse.HelpFormatter(prog, width=92))
         module.add_arguments(parser)
         text = parser.format_help()

@@ -20,15 +20,15 @@ install requirement, so that installing this package never replaces a user's CUD
 """
 import torch
 
-from .core.versions import check_torch
+from .environment.versions import check_torch
 
 # Before the modules below, so that an unsupported torch gets this message, not theirs.
 check_torch(torch.__version__)
 
-from .core.decision_policy import Decision  # noqa: E402
-from .core.errors import StaticGraphChangedError, UnusedParametersError  # noqa: E402
-from .core.frameworks import MMCV1, MMENGINE, installed_frameworks  # noqa: E402
-from .core.usage_record import IterationUsage, ParamUsageRecord  # noqa: E402
+from .guard.decision_policy import Decision  # noqa: E402
+from .guard.errors import StaticGraphChangedError, UnusedParametersError  # noqa: E402
+from .environment.frameworks import MMCV1, MMENGINE, installed_frameworks  # noqa: E402
+from .guard.usage_record import IterationUsage, ParamUsageRecord  # noqa: E402
 from .version import __version__  # noqa: E402
 
 __all__ = [

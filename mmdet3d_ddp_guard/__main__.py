@@ -1,20 +1,18 @@
-"""``python -m mmdet3d_ddp_guard {demo,check,summarize,make-tiny-data} ...``
+"""``python -m mmdet3d_ddp_guard {check,summarize} ...``
 (also the ``mmdet3d-ddp-guard`` script)."""
 import argparse
 import sys
 
-from .cli import check, demo, make_tiny_data, summarize
+from .cli import check, summarize
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog='mmdet3d_ddp_guard')
     commands = parser.add_subparsers(dest='command', required=True)
     for name, module, help_text in (
-            ('demo', demo, 'plain DDP dying, then GuardedDDP training, on 2 processes'),
             ('check', check, 'would plain DDP fail on this config? (one process)'),
             ('summarize', summarize,
-             "rebuild UnusedParamsHook's summary from a run's files (also a run that died)"),
-            ('make-tiny-data', make_tiny_data, 'write the tiny nuScenes and KITTI datasets')):
+             "rebuild UnusedParamsHook's summary from a run's files (also a run that died)")):
         sub = commands.add_parser(name, help=help_text, description=module.__doc__)
         module.add_arguments(sub)
         sub.set_defaults(run=module.main)

@@ -4,7 +4,7 @@ data error or an OOM does to one rank of a job (for tests/test_stall_guard_costs
 import torch.distributed as dist
 from mmengine.registry import MODELS
 
-from mmdet3d_ddp_guard.examples.gated_refiner_toy import ToyGatedRefinerDetector
+from tests.toys.gated_refiner_toy import ToyGatedRefinerDetector
 
 ERROR_TEXT = 'rank 1 cannot read its batch'
 

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from mmdet3d_ddp_guard.cli.launch import free_port
+from demo.launch import free_port
 from tests.timeouts import scaled
 
 

@@ -13,7 +13,7 @@ from mmengine.optim import OptimWrapper
 from torch.nn.parallel import DistributedDataParallel
 
 import mmdet3d_ddp_guard  # noqa: F401  (what custom_imports does in a config)
-from mmdet3d_ddp_guard.examples import ToyDetector, make_toy_batch
+from tests.toys import ToyDetector, make_toy_batch
 
 if sys.argv[1] == 'mmengine':
     init_dist('pytorch', backend='gloo')

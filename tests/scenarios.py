@@ -11,9 +11,9 @@ from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 
 from mmdet3d_ddp_guard import GuardedDDP, UnusedParametersError
-from mmdet3d_ddp_guard.core import accumulate_grad_hooks
-from mmdet3d_ddp_guard.examples import ToyDetector, make_toy_batch
-from mmdet3d_ddp_guard.core.versions import graph_search_accumulates_right, major_minor
+from mmdet3d_ddp_guard.guard import accumulate_grad_hooks
+from tests.toys import ToyDetector, make_toy_batch
+from mmdet3d_ddp_guard.environment.versions import graph_search_accumulates_right, major_minor
 
 #: ``Optimizer.zero_grad()`` zeroes gradients in place by default before torch 2.0.
 GRADS_ZEROED_IN_PLACE = major_minor(torch.__version__) < (2, 0)
@@ -139,7 +139,7 @@ def train_guarded_and_reference(rank: int, world_size: int, separate_counts: boo
     if node_hooks:
         accumulate_grad_hooks.POST_ACCUMULATE_GRAD_HOOK = False
     if separate_counts:
-        from mmdet3d_ddp_guard.core import unused_counts_comm_hook
+        from mmdet3d_ddp_guard.guard import unused_counts_comm_hook
         unused_counts_comm_hook._EXACT_INTEGERS[case.get('dtype', torch.float32)] = 0
     reference_case = dict(case)
     if reference_model_kwargs is not None:

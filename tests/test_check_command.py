@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from mmdet3d_ddp_guard.__main__ import main
-from mmdet3d_ddp_guard.cli.demo import TOY_CONFIG
+from demo.__main__ import TOY_CONFIG
 from tests.timeouts import scaled
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -64,7 +64,7 @@ def codebase_root(tmp_path):
     (plugin / '__init__.py').write_text("print('[plugin] imported')\n")
     (root / 'config.py').write_text(
         f'_base_ = [{TOY_CONFIG!r}]\ncustom_imports = dict(imports=[\'mmdet3d_ddp_guard\', '
-        "'mmdet3d_ddp_guard.examples', 'projects.mmdet3d_plugin'], "
+        "'tests.toys', 'projects.mmdet3d_plugin'], "
         'allow_failed_imports=False)\n')
     return root
 

@@ -14,11 +14,11 @@ import torch
 from mmengine.registry import DATA_SAMPLERS
 
 from mmdet3d_ddp_guard.__main__ import main
-from mmdet3d_ddp_guard.cli.demo import REPO_CONFIGS, plain_ddp_options
-from mmdet3d_ddp_guard.cli.launch import torchrun_train
+from demo.__main__ import REPO_CONFIGS, plain_ddp_options
+from demo.launch import torchrun_train
 
 pytest.importorskip('mmcv')
-from mmdet3d_ddp_guard.examples.gated_refiner_toy import ToyGatedRefinerDetector  # noqa: E402
+from tests.toys.gated_refiner_toy import ToyGatedRefinerDetector  # noqa: E402
 from tests.timeouts import scaled  # noqa: E402
 
 CONFIG = osp.join(REPO_CONFIGS, 'toy', 'toy_gated_refiner_pedestrian.py')

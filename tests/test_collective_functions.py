@@ -1,5 +1,5 @@
 """The stall guard records every collective the torch at hand can issue
-(core/stall_guard/collective_functions.py), on every leg of the version matrix: the list is
+(stall_guard/collective_functions.py), on every leg of the version matrix: the list is
 read from ``distributed_c10d``, and what it leaves out is documented; calls through the
 recording layer on real gloo ranks: the coalesced forms, a subgroup this rank is not in, a
 call that raises, an uneven all_gather, and the NCCL-only ``all_gather_single``."""
@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from mmdet3d_ddp_guard.core.stall_guard import recording_functions
-from mmdet3d_ddp_guard.core.stall_guard.collective_functions import (
+from mmdet3d_ddp_guard.stall_guard import recording_functions
+from mmdet3d_ddp_guard.stall_guard.collective_functions import (
     GROUP_QUERIES, POINT_TO_POINT, collective_functions, functions_with_a_group)
-from mmdet3d_ddp_guard.core.stall_guard.collective_log import CollectiveLog
-from mmdet3d_ddp_guard.core.stall_guard.stall_diagnosis import diagnose
+from mmdet3d_ddp_guard.stall_guard.collective_log import CollectiveLog
+from mmdet3d_ddp_guard.stall_guard.stall_diagnosis import diagnose
 from tests.dist_utils import run_distributed
 
 LIMITS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'docs', 'limits.md')

@@ -12,8 +12,8 @@ import os.path as osp
 
 import pytest
 
-from mmdet3d_ddp_guard.cli.demo import REPO_CONFIGS, plain_ddp_options
-from mmdet3d_ddp_guard.cli.launch import torchrun_train
+from demo.__main__ import REPO_CONFIGS, plain_ddp_options
+from demo.launch import torchrun_train
 from tests.dist_utils import DistributedRunError, run_distributed
 from tests.equivalence import assert_trains_like_graph_search
 from tests.scenarios import train_guarded_and_reference, train_toy

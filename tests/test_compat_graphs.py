@@ -5,7 +5,7 @@ does (2 gloo ranks)."""
 import pytest
 import torch
 
-from mmdet3d_ddp_guard.examples import ToyDetector
+from tests.toys import ToyDetector
 from tests.dist_utils import run_distributed
 from tests.equivalence import assert_trains_like_graph_search
 from tests.scenarios import train_guarded_and_reference

@@ -6,7 +6,7 @@ DDP's graph search (``find_unused_parameters=True``)."""
 import pytest
 import torch
 
-from mmdet3d_ddp_guard.examples import ToyDetector
+from tests.toys import ToyDetector
 from tests.dist_utils import run_distributed
 from tests.equivalence import assert_hook_matches_truth
 from tests.scenarios import train_toy_runner

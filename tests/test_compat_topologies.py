@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from mmdet3d_ddp_guard.cli.demo import TOY_CONFIG
-from mmdet3d_ddp_guard.examples import ToyDetector
-from mmdet3d_ddp_guard.cli.launch import free_port, torchrun_train
+from demo.__main__ import TOY_CONFIG
+from tests.toys import ToyDetector
+from demo.launch import free_port, torchrun_train
 from tests.crash_once_hook import CRASH_MESSAGE
 from tests.dist_utils import run_distributed
 from tests.equivalence import assert_trains_like_graph_search
@@ -108,7 +108,7 @@ def _restart_config(tmp_path):
     path = tmp_path / 'toy_crash_once.py'
     path.write_text(
         f'_base_ = [{TOY_CONFIG!r}]\n'
-        "custom_imports = dict(imports=['mmdet3d_ddp_guard', 'mmdet3d_ddp_guard.examples', "
+        "custom_imports = dict(imports=['mmdet3d_ddp_guard', 'tests.toys', "
         "'tests.crash_once_hook'], allow_failed_imports=False)\n"
         f'model = dict(pattern={PATTERN!r})\n'
         f'train_cfg = dict(max_iters={RESTART_ITERS})\n'

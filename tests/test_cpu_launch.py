@@ -8,10 +8,10 @@ import mmengine.dist.utils as mmengine_dist
 import pytest
 import torch
 
-from mmdet3d_ddp_guard.core.cpu_ddp import gloo_worker_states
+from mmdet3d_ddp_guard.environment.cpu_ddp import gloo_worker_states
 from mmdet3d_ddp_guard.openmmlab2.cpu_launch import allow_cpu_init_dist
-from mmdet3d_ddp_guard.cli.launch import free_port
-from mmdet3d_ddp_guard.core.versions import major_minor
+from demo.launch import free_port
+from mmdet3d_ddp_guard.environment.versions import major_minor
 from tests.dist_utils import run_distributed
 from tests.timeouts import scaled
 

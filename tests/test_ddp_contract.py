@@ -10,7 +10,7 @@ openmmlab1 leg. One launch per adapter trains every case, one after the other.
 import pytest
 import torch
 
-from mmdet3d_ddp_guard.core.frameworks import installed_frameworks
+from mmdet3d_ddp_guard.environment.frameworks import installed_frameworks
 from tests.ddp_contract import CASES, train_every_case
 from tests.dist_utils import run_distributed
 

@@ -11,17 +11,17 @@ from types import SimpleNamespace
 import pytest
 from torch.nn.parallel import DistributedDataParallel
 
-from mmdet3d_ddp_guard.core.completion import UnusedCompletion
-from mmdet3d_ddp_guard.core.config_lines import MMCV1_LINES, MMENGINE_LINES
-from mmdet3d_ddp_guard.core.decision_policy import (CONFIG_TOP_LEVEL, DecisionPolicy,
+from mmdet3d_ddp_guard.guard.completion import UnusedCompletion
+from mmdet3d_ddp_guard.messages.config_lines import MMCV1_LINES, MMENGINE_LINES
+from mmdet3d_ddp_guard.guard.decision_policy import (CONFIG_TOP_LEVEL, DecisionPolicy,
                                                     not_given, resolve_request)
-from mmdet3d_ddp_guard.core.errors import static_graph_changed_error, unused_parameters_error
-from mmdet3d_ddp_guard.core.frameworks import MMCV1, MMENGINE
-from mmdet3d_ddp_guard.core.param_table import ParamTable
-from mmdet3d_ddp_guard.core.stall_guard import check_stall_timeout
-from mmdet3d_ddp_guard.core.usage_record import ParamUsageRecord
-from mmdet3d_ddp_guard.core.versions import TESTED_TORCHES, check_torch
-from mmdet3d_ddp_guard.examples import ToyDetector
+from mmdet3d_ddp_guard.guard.errors import static_graph_changed_error, unused_parameters_error
+from mmdet3d_ddp_guard.environment.frameworks import MMCV1, MMENGINE
+from mmdet3d_ddp_guard.guard.param_table import ParamTable
+from mmdet3d_ddp_guard.stall_guard import check_stall_timeout
+from mmdet3d_ddp_guard.guard.usage_record import ParamUsageRecord
+from mmdet3d_ddp_guard.environment.versions import TESTED_TORCHES, check_torch
+from tests.toys import ToyDetector
 
 MMCV1_WRAPPER = 'MMDistributedDataParallel (guarded by mmdet3d_ddp_guard)'
 FIXES = {

@@ -3,7 +3,7 @@
 torch 2.13 and 2.14 record every collective a process group runs, gloo included, C++ ones
 too (DDP's reducer, its buffer broadcasts), when ``TORCH_FR_BUFFER_SIZE`` is set before the
 group is built (../shared/notes/hang-facts.md, "torch's flight recorder on gloo, here").
-That is an oracle for :class:`~mmdet3d_ddp_guard.core.stall_guard.CollectiveLog`: on 2 real
+That is an oracle for :class:`~mmdet3d_ddp_guard.stall_guard.CollectiveLog`: on 2 real
 gloo ranks, MMEngine Runners train a model with a synchronised BN (its all-reduces in the
 forward and, through its autograd function, in the backward), with GuardedDDP as model
 wrapper in each of its DDP modes one after the other in the same process group, evaluate
@@ -311,7 +311,7 @@ def run_every_mode(rank: int, world_size: int, work_dir: str, unrecorded: List[s
     and the flight recorder's entries between the marks (GuardedDDP built, record started,
     record stopped)."""
     from mmdet3d_ddp_guard import GuardedDDP
-    from mmdet3d_ddp_guard.core.stall_guard import (collective_log, guard_start,
+    from mmdet3d_ddp_guard.stall_guard import (collective_log, guard_start,
                                                     recording_functions, stall_watchdog)
 
     collective_log.KEPT_PER_GROUP = KEPT

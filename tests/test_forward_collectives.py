@@ -5,11 +5,11 @@ import torch.nn as nn
 from mmengine.logging import MMLogger
 
 from mmdet3d_ddp_guard import GuardedDDP
-from mmdet3d_ddp_guard.core.forward_collectives import (config_key_of, forward_collective_modules,
+from mmdet3d_ddp_guard.guard.forward_collectives import (config_key_of, forward_collective_modules,
                                                         sync_norm_cfg_keys)
 
 pytest.importorskip('mmcv')
-from mmdet3d_ddp_guard.examples.gated_refiner_toy import ToyGatedRefinerDetector  # noqa: E402
+from tests.toys.gated_refiner_toy import ToyGatedRefinerDetector  # noqa: E402
 
 
 def test_guarded_ddp_names_sync_batchnorm_layers_at_build(single_rank_group, tmp_path):

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from mmdet3d_ddp_guard import GuardedDDP
-from mmdet3d_ddp_guard.core.decision_policy import not_given, resolve_request
-from mmdet3d_ddp_guard.examples import ToyDetector
+from mmdet3d_ddp_guard.guard.decision_policy import not_given, resolve_request
+from tests.toys import ToyDetector
 from tests.dist_utils import DistributedRunError, run_distributed
 from tests.scenarios import strict_stop_message, train_toy
 

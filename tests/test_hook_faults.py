@@ -16,7 +16,7 @@ from mmengine.registry import HOOKS, MODELS
 
 from mmdet3d_ddp_guard.reporting import usage_history
 from mmdet3d_ddp_guard.__main__ import main as cli
-from mmdet3d_ddp_guard.examples import ToyDetector
+from tests.toys import ToyDetector
 from tests.dist_utils import TRUSTED_LOAD
 from tests.scenarios import train_toy_runner
 

@@ -9,7 +9,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from mmdet3d_ddp_guard import GuardedDDP
-from mmdet3d_ddp_guard.core.stall_guard import diagnose
+from mmdet3d_ddp_guard.stall_guard import diagnose
 from tests.dist_utils import run_distributed
 
 pytestmark = pytest.mark.skipif(

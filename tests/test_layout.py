@@ -1,6 +1,7 @@
-"""The package's architecture, read from its imports: a torch-only core and reporting, and
-two adapters that each import one framework and never the other's (so that
-``import mmdet3d_ddp_guard`` works where only one is installed)."""
+"""The package's architecture, read from its imports: one folder per concern, the
+framework-free ones importing torch and each other only, and two adapters that each import
+one framework and never the other's (so that ``import mmdet3d_ddp_guard`` works where only one
+is installed). The rank simulation's two framework modules follow their adapter's rule."""
 import ast
 import os
 import os.path as osp
@@ -16,14 +17,25 @@ ADAPTERS = {
     'openmmlab2': ('mmengine', 'mmcv', 'mmdet', 'mmdet3d'),
     'openmmlab1': ('mmcv', 'mmdet', 'mmdet3d'),
 }
+RANK_SIMULATION_ADAPTERS = {'mmengine_ranks.py': 'openmmlab2', 'mmcv1_ranks.py': 'openmmlab1'}
 MMCV1_ONLY = ('mmcv.parallel', 'mmcv.runner', 'mmcv.utils')
+# What each framework-free folder may read of the package: the arrows run one way, from the
+# product's use (reports, the rank simulation) down to the mechanism and the environment.
+READS = {
+    'environment': ('environment', 'messages'),
+    'messages': ('environment', 'messages'),
+    'guard': ('environment', 'messages', 'guard', 'stall_guard'),
+    'stall_guard': ('environment', 'messages', 'stall_guard'),
+    'reporting': ('environment', 'messages', 'guard', 'reporting'),
+    'rank_simulation': ('environment', 'messages', 'guard', 'reporting', 'rank_simulation'),
+}
 
 
-def _imports(folder):
+def _imports(folder, names=None):
     """(file, absolute module name) of every import in the folder, lazy ones included."""
-    for root, _, names in os.walk(osp.join(PACKAGE, folder)):
-        for name in names:
-            if not name.endswith('.py'):
+    for root, _, files in os.walk(osp.join(PACKAGE, folder)):
+        for name in files:
+            if not name.endswith('.py') or (names is not None and name not in names):
                 continue
             path = osp.join(root, name)
             package = osp.relpath(root, osp.dirname(PACKAGE)).split(os.sep)
@@ -41,21 +53,30 @@ def _imports(folder):
                         yield path, node.module
 
 
-@pytest.mark.parametrize('folder', ['core', 'reporting'])
-def test_core_and_reporting_import_torch_and_themselves_only(folder):
+def test_every_folder_of_the_package_is_a_concern_named_here():
+    folders = {name for name in os.listdir(PACKAGE)
+               if osp.isfile(osp.join(PACKAGE, name, '__init__.py'))}
+    assert folders == set(READS) | set(ADAPTERS) | {'cli'}
+
+
+@pytest.mark.parametrize('folder', sorted(READS))
+def test_framework_free_folders_import_torch_and_what_they_may_read(folder):
     for path, module in _imports(folder):
+        if osp.basename(path) in RANK_SIMULATION_ADAPTERS:
+            continue
         assert module.split('.')[0] not in FRAMEWORKS, (path, module)
-        if module.startswith('mmdet3d_ddp_guard'):
-            # Arrows run one way: reporting reads core, core reads neither.
-            allowed = ('mmdet3d_ddp_guard.core', 'mmdet3d_ddp_guard.version') + (
-                ('mmdet3d_ddp_guard.reporting', ) if folder == 'reporting' else ())
-            assert module.startswith(allowed), (path, module)
+        if module.startswith('mmdet3d_ddp_guard.'):
+            assert module.split('.')[1] in READS[folder] + ('version', ), (path, module)
 
 
-@pytest.mark.parametrize('adapter', sorted(ADAPTERS))
+@pytest.mark.parametrize('adapter', sorted(ADAPTERS) + sorted(RANK_SIMULATION_ADAPTERS))
 def test_an_adapter_imports_its_framework_and_not_the_other_adapter(adapter):
+    if adapter in RANK_SIMULATION_ADAPTERS:
+        imports, adapter = _imports('rank_simulation', {adapter}), RANK_SIMULATION_ADAPTERS[adapter]
+    else:
+        imports = _imports(adapter)
     other = next(name for name in ADAPTERS if name != adapter)
-    for path, module in _imports(adapter):
+    for path, module in imports:
         assert not module.startswith(f'mmdet3d_ddp_guard.{other}'), (path, module)
         if module.split('.')[0] in FRAMEWORKS:
             assert module.split('.')[0] in ADAPTERS[adapter], (path, module)
@@ -66,7 +87,7 @@ def test_an_adapter_imports_its_framework_and_not_the_other_adapter(adapter):
 def test_each_stall_guard_module_is_short_and_says_what_it_owns():
     """The stall guard's modules (the thread, the store protocol, the record, the
     judgement, the exit) each stay under 300 lines and open with what they own."""
-    folder = osp.join(PACKAGE, 'core', 'stall_guard')
+    folder = osp.join(PACKAGE, 'stall_guard')
     for name in sorted(os.listdir(folder)):
         if not name.endswith('.py'):
             continue

@@ -11,9 +11,9 @@ import os.path as osp
 import pytest
 
 from mmdet3d_ddp_guard.__main__ import main
-from mmdet3d_ddp_guard.cli.demo import REPO_CONFIGS, logged_blocks, plain_ddp_options
-from mmdet3d_ddp_guard.examples.tiny_nuscenes import make_tiny_nuscenes
-from mmdet3d_ddp_guard.cli.launch import torchrun_train
+from demo.__main__ import REPO_CONFIGS, logged_blocks, plain_ddp_options
+from demo.tiny_nuscenes import make_tiny_nuscenes
+from demo.launch import torchrun_train
 from tests.timeouts import scaled
 
 pytest.importorskip('mmdet3d')

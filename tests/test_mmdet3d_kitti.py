@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip('mmdet3d')
 
-from mmdet3d_ddp_guard.cli.demo import REPO_CONFIGS, plain_ddp_options  # noqa: E402
-from mmdet3d_ddp_guard.cli.launch import torchrun_train  # noqa: E402
+from demo.__main__ import REPO_CONFIGS, plain_ddp_options  # noqa: E402
+from demo.launch import torchrun_train  # noqa: E402
 from tests.timeouts import scaled  # noqa: E402
 
 POINTPILLARS = osp.join(REPO_CONFIGS, 'pointpillars',

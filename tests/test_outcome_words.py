@@ -1,13 +1,13 @@
 """The live side (UnusedParamsHook's summary, GuardedDDP's decision) and `check` name plain
-DDP's outcome in the same words (mmdet3d_ddp_guard.core.ddp_outcome)."""
+DDP's outcome in the same words (mmdet3d_ddp_guard.messages.ddp_outcome)."""
 import pytest
 
-from mmdet3d_ddp_guard.core.config_lines import MMENGINE_LINES
-from mmdet3d_ddp_guard.core.ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_line
-from mmdet3d_ddp_guard.core.decision_policy import DecisionPolicy
-from mmdet3d_ddp_guard.examples import ToyDetector
-from mmdet3d_ddp_guard.core.param_table import ParamTable
-from mmdet3d_ddp_guard.core.usage_record import IterationUsage, UsageStatistics
+from mmdet3d_ddp_guard.messages.config_lines import MMENGINE_LINES
+from mmdet3d_ddp_guard.messages.ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_line
+from mmdet3d_ddp_guard.guard.decision_policy import DecisionPolicy
+from tests.toys import ToyDetector
+from mmdet3d_ddp_guard.guard.param_table import ParamTable
+from mmdet3d_ddp_guard.guard.usage_record import IterationUsage, UsageStatistics
 from mmdet3d_ddp_guard.reporting.usage_summary import summary_dict, summary_text
 
 

@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from mmdet3d_ddp_guard.cli.demo import TOY_CONFIG, logged_blocks, plain_ddp_options
-from mmdet3d_ddp_guard.cli.launch import torchrun_train
+from demo.__main__ import TOY_CONFIG, logged_blocks, plain_ddp_options
+from demo.launch import torchrun_train
 from tests.timeouts import scaled
 
 pytestmark = pytest.mark.timeout(200)

@@ -5,7 +5,7 @@ import pytest
 import torch.nn as nn
 
 from mmdet3d_ddp_guard import GuardedDDP
-from mmdet3d_ddp_guard.core.stall_guard import diagnose
+from mmdet3d_ddp_guard.stall_guard import diagnose
 
 BUCKET = ('ddp', 0)
 SYNC_BN = ('refiner.1', 'PluginSyncBN2d', 'forward', 'projects/plugin/norm.py', 14)

@@ -8,13 +8,13 @@ import re
 
 import pytest
 
-from mmdet3d_ddp_guard.cli.demo import REPO_CONFIGS
-from mmdet3d_ddp_guard.cli.launch import torchrun_train
+from demo.__main__ import REPO_CONFIGS
+from demo.launch import torchrun_train
 from tests.dist_utils import run_until_exit
 from tests.timeouts import scaled
 
-from mmdet3d_ddp_guard.core.stall_guard import NONBLOCKING_ENV
-from mmdet3d_ddp_guard.core.stall_guard.stall_diagnosis import ranks_text
+from mmdet3d_ddp_guard.stall_guard import NONBLOCKING_ENV
+from mmdet3d_ddp_guard.stall_guard.stall_diagnosis import ranks_text
 from tests.stall_scenarios import (HANG_MARK, JUDGE_MARK, NaiveSyncBatchNorm1d,
                                    train_into_a_hang, train_through_a_wait,
                                    train_with_a_slow_rank)

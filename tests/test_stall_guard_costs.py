@@ -12,8 +12,8 @@ import torch
 import torch.nn as nn
 
 from mmdet3d_ddp_guard import GuardedDDP
-from mmdet3d_ddp_guard.cli.demo import REPO_CONFIGS
-from mmdet3d_ddp_guard.cli.launch import free_port, torchrun_train
+from demo.__main__ import REPO_CONFIGS
+from demo.launch import free_port, torchrun_train
 from tests.dist_utils import run_distributed
 from tests.stall_scenarios import PluginSyncBN1d
 from tests.timeouts import scaled
@@ -32,7 +32,7 @@ def _crash(tmp_path, nproc: int, stall_timeout):
     config.write_text(
         f'_base_ = [{GATED_REFINER_CONFIG!r}]\n'
         "custom_imports = dict(imports=['mmdet3d_ddp_guard', "
-        "'mmdet3d_ddp_guard.examples.gated_refiner_toy', 'tests.crashing_toy'])\n"
+        "'tests.toys.gated_refiner_toy', 'tests.crashing_toy'])\n"
         "model = dict(type='CrashingToyDetector')\n"
         'train_cfg = dict(max_iters=8)\n')
     return torchrun_train(

@@ -7,9 +7,9 @@ import pytest
 import torch.distributed as dist
 import torch.nn as nn
 
-from mmdet3d_ddp_guard.core.stall_guard.rank_position import RankPosition
-from mmdet3d_ddp_guard.core.stall_guard.stall_watchdog import REPORT_WAIT, StallWatchdog
-from mmdet3d_ddp_guard.core.stall_guard.store_protocol import KEY_PREFIX, StallStore
+from mmdet3d_ddp_guard.stall_guard.rank_position import RankPosition
+from mmdet3d_ddp_guard.stall_guard.stall_watchdog import REPORT_WAIT, StallWatchdog
+from mmdet3d_ddp_guard.stall_guard.store_protocol import KEY_PREFIX, StallStore
 from tests.dist_utils import run_distributed
 
 TIMEOUT = 0.5

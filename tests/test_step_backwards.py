@@ -1,4 +1,4 @@
-"""When a training step's backwards are over (core/step_backwards.py), on every torch of the
+"""When a training step's backwards are over (guard/step_backwards.py), on every torch of the
 version matrix: one process, real autograd, real reentrant checkpointing; the settling is a
 stand-in that completes unreached parameters with zeros, as the mmcv 1.x adapter's does
 (tests/openmmlab1/test_step_backwards.py trains the adapter itself on 2 ranks)."""
@@ -7,8 +7,8 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
-from mmdet3d_ddp_guard.core.step_backwards import StepBackwards
-from mmdet3d_ddp_guard.core.usage_record import ParamUsageRecord
+from mmdet3d_ddp_guard.guard.step_backwards import StepBackwards
+from mmdet3d_ddp_guard.guard.usage_record import ParamUsageRecord
 
 
 class LateBackward(Exception):

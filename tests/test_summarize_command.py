@@ -5,8 +5,8 @@ import os.path as osp
 import pytest
 
 from mmdet3d_ddp_guard.__main__ import main as cli
-from mmdet3d_ddp_guard.cli.demo import TOY_CONFIG
-from mmdet3d_ddp_guard.cli.launch import torchrun_train
+from demo.__main__ import TOY_CONFIG
+from demo.launch import torchrun_train
 from tests.dist_utils import run_distributed
 from tests.scenarios import train_toy_runner
 from tests.timeouts import scaled

@@ -11,13 +11,13 @@ import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from mmdet3d_ddp_guard.core import accumulate_grad_hooks, ddp_compat, step_backwards
-from mmdet3d_ddp_guard.core.config_lines import MMENGINE_LINES
-from mmdet3d_ddp_guard.core.decision_policy import (CONFIG_TOP_LEVEL, COMPLETE, FIND_UNUSED,
+from mmdet3d_ddp_guard.guard import accumulate_grad_hooks, ddp_compat, step_backwards
+from mmdet3d_ddp_guard.messages.config_lines import MMENGINE_LINES
+from mmdet3d_ddp_guard.guard.decision_policy import (CONFIG_TOP_LEVEL, COMPLETE, FIND_UNUSED,
                                                     initial_decision)
-from mmdet3d_ddp_guard.core.step_backwards import StepBackwards
-from mmdet3d_ddp_guard.core.usage_record import ParamUsageRecord
-from mmdet3d_ddp_guard.core.versions import (check_mmcv_full, check_mmengine, check_torch,
+from mmdet3d_ddp_guard.guard.step_backwards import StepBackwards
+from mmdet3d_ddp_guard.guard.usage_record import ParamUsageRecord
+from mmdet3d_ddp_guard.environment.versions import (check_mmcv_full, check_mmengine, check_torch,
                                              graph_search_accumulates_right)
 from tests.dist_utils import DistributedRunError, run_distributed
 from tests.equivalence import assert_trains_like_graph_search

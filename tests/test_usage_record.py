@@ -3,9 +3,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmdet3d_ddp_guard.examples import ToyDetector, make_toy_batch
-from mmdet3d_ddp_guard.core.param_table import ParamTable
-from mmdet3d_ddp_guard.core.usage_record import ParamUsageRecord, UsageStatistics
+from tests.toys import ToyDetector, make_toy_batch
+from mmdet3d_ddp_guard.guard.param_table import ParamTable
+from mmdet3d_ddp_guard.guard.usage_record import ParamUsageRecord, UsageStatistics
 
 
 def test_zero_gradient_is_used_and_unreached_is_unused():

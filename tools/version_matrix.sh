@@ -95,19 +95,16 @@ leg_is_built() {
 }
 
 # The pkg_resources trap (docs/compatibility.md): with the setuptools a new torch brings,
-# mmengine's Config.fromfile cannot read a package-scoped base. Said before the fix is applied.
+# mmengine's Config.fromfile cannot read a package-scoped base (`mmdet3d::...`), since it
+# calls mmengine's is_installed for the scope's package. Said before the fix is applied.
 report_scoped_config_trap() {
-  local venv probe
-  venv=$(readlink -f "$1")
-  probe=$(mktemp -d)
-  echo "_base_ = ['mmdet3d_ddp_guard::_base_/ddp_guard.py']" >"$probe/user_config.py"
-  if (cd "$probe" && "$venv/bin/python" -c \
-      'from mmengine.config import Config; Config.fromfile("user_config.py")' 2>"$probe/err"); then
-    say "the user's install as it is reads mmdet3d_ddp_guard:: configs"
+  local err
+  if err=$("$1/bin/python" -c \
+      'from mmengine.utils import is_installed; is_installed("torch")' 2>&1); then
+    say "the user's install as it is reads package-scoped configs (mmdet3d::)"
   else
-    say "the user's install as it is cannot read mmdet3d_ddp_guard:: configs: $(tail -n 1 "$probe/err")"
+    say "the user's install as it is cannot read package-scoped configs: $(tail -n 1 <<<"$err")"
   fi
-  rm -rf "$probe"
 }
 
 # OpenMMLab 1.x as the research codebases install it (docs/openmmlab1.md): torchvision without

@@ -3,7 +3,7 @@
 # that runs only for batches with a pedestrian, so it goes unused on some ranks in some
 # iterations), and tiny synthetic nuScenes data trained for 4 iterations on 2 CPU ranks.
 # Make the data first, from the repo root (the working directory for training):
-#   python -m mmdet3d_ddp_guard make-tiny-data
+#   python -m demo.make_tiny_data   (from the repository root)
 # Frames 0, 3, 4, 7 hold pedestrians: with 2 ranks, batch size 1 and no shuffling, exactly
 # one rank runs the refiner in each iteration. GuardedDDP trains it and logs which parameters
 # went unused where. Plain DDP (find_unused_parameters=False) dies at the start of the second
@@ -13,7 +13,7 @@ _base_ = [
     '../_base_/ddp_guard.py', '../_base_/schedules/tiny_run.py'
 ]
 custom_imports = dict(
-    imports=['mmdet3d_ddp_guard', 'mmdet3d_ddp_guard.examples.custom_layers'],
+    imports=['mmdet3d_ddp_guard', 'demo.custom_layers'],
     allow_failed_imports=False)
 
 model = dict(type='CenterPointWithGatedRefiner', gate_class=8)  # 8: 'pedestrian' below

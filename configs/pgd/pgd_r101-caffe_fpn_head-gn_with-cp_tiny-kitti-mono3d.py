@@ -2,7 +2,7 @@
 # for mmdet's activation checkpointing in the backbone (`with_cp=True`: every ResNet block
 # runs under torch.utils.checkpoint, reentrant), on tiny synthetic KITTI data for 2
 # iterations on 2 CPU ranks, with the guard on. Make the data first (repo root):
-#   python -m mmdet3d_ddp_guard make-tiny-data
+#   python -m demo.make_tiny_data   (from the repository root)
 # DDP's graph search (find_unused_parameters=True) cannot train a reentrant-checkpointed
 # model ("Expected to mark a variable ready only once"); GuardedDDP can. The backbone's stem
 # and its batch norms are frozen (frozen_stages=0, BN requires_grad=False), as in mmdet3d.

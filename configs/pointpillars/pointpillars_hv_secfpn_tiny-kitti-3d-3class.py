@@ -1,7 +1,7 @@
 # mmdet3d's PointPillars (KITTI, 3 classes), model unchanged, on tiny synthetic KITTI data
 # for 4 iterations on 2 CPU ranks, with the guard on. Make the data first (from the repo
 # root, which is the working directory for training):
-#   python -m mmdet3d_ddp_guard make-tiny-data
+#   python -m demo.make_tiny_data   (from the repository root)
 # Every parameter of PointPillars is used in every iteration: GuardedDDP finds none unused
 # and trains on DDP's fast path.
 _base_ = [

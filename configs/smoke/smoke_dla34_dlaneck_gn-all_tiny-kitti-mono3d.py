@@ -1,7 +1,7 @@
 # mmdet3d's SMOKE (monocular 3D, DLA-34 + DLANeck, KITTI, 3 classes), model unchanged, on
 # tiny synthetic KITTI data for 4 iterations on 2 CPU ranks, with the guard on. Make the data
 # first, from the repo root (the working directory for training):
-#   python -m mmdet3d_ddp_guard make-tiny-data
+#   python -m demo.make_tiny_data   (from the repository root)
 # mmdet3d marks this config `find_unused_parameters = True`: in DLA-34 the `project`
 # shortcuts of backbone levels 3 and 4 are computed, then discarded by the inner tree (6
 # parameters, unused in every iteration on every rank). Plain DDP

@@ -1,9 +1,9 @@
 # A small detector whose branch is skipped on odd iterations and which keeps a dead layer:
 # plain DDP dies on it at the first iteration; GuardedDDP trains it. Runs on 2 CPU ranks in
-# seconds. The quick demo (`python -m mmdet3d_ddp_guard demo configs/toy/...`), the check
+# seconds. The quick demo (`python -m demo configs/toy/...`), the check
 # command and the Runner/torchrun tests use it.
 custom_imports = dict(
-    imports=['mmdet3d_ddp_guard', 'mmdet3d_ddp_guard.examples'], allow_failed_imports=False)
+    imports=['mmdet3d_ddp_guard', 'tests.toys'], allow_failed_imports=False)
 
 model = dict(type='ToyDetector', pattern='skip_odd', width=16)
 model_wrapper_cfg = dict(type='GuardedDDP')

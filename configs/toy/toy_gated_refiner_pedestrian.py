@@ -4,7 +4,7 @@
 # rank 0 there. `python -m mmdet3d_ddp_guard check THIS --world-size 4` predicts it from one
 # process; `--cfg-options model.refiner_norm_cfg.type=SyncBN` makes the same skip a hang.
 custom_imports = dict(
-    imports=['mmdet3d_ddp_guard', 'mmdet3d_ddp_guard.examples.gated_refiner_toy'],
+    imports=['mmdet3d_ddp_guard', 'tests.toys.gated_refiner_toy'],
     allow_failed_imports=False)
 
 model = dict(type='ToyGatedRefinerDetector', width=16, refiner_norm_cfg=dict(type='BN1d'))

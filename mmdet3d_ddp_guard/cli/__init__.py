@@ -1,1 +1,1 @@
-"""Command-line tools: ``python -m mmdet3d_ddp_guard {demo,check}``."""
+"""Command-line tools: ``python -m mmdet3d_ddp_guard {check,summarize}``."""

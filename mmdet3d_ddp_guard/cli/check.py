@@ -1,8 +1,8 @@
 """Would plain DDP fail or hang on this config with N GPUs? One process, no GPU, no launcher.
 
 Simulates ``--world-size`` ranks for ``--iters`` iterations (see
-:mod:`mmdet3d_ddp_guard.openmmlab2.rank_simulation` for an MMEngine config and
-:mod:`mmdet3d_ddp_guard.openmmlab1.rank_simulation` for an mmcv-full 1.x one, chosen by
+:mod:`mmdet3d_ddp_guard.rank_simulation.mmengine_ranks` for an MMEngine config and
+:mod:`mmdet3d_ddp_guard.rank_simulation.mmcv1_ranks` for an mmcv-full 1.x one, chosen by
 :func:`config_framework`): every iteration runs the batch that the
 config's sampler hands each rank through the real model, records which parameters each rank left
 unused and which SyncBN-type layers ran where, then steps the config's optimizer once. It
@@ -32,12 +32,12 @@ import sys
 import tempfile
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from ..core.config_lines import LINES, MMCV1_LINES
-from ..core.ddp_outcome import HANGS, OK
-from ..core.forward_collectives import sync_norm_cfg_keys
-from ..core.frameworks import MMCV1, MMENGINE, installed_frameworks
-from ..core.simulated_ranks import SimulationError, import_codebase_module
-from ..reporting.ddp_prediction import plot_prediction, predict, prediction_text, write_json
+from ..messages.config_lines import LINES, MMCV1_LINES
+from ..messages.ddp_outcome import HANGS, OK
+from ..guard.forward_collectives import sync_norm_cfg_keys
+from ..environment.frameworks import MMCV1, MMENGINE, installed_frameworks
+from ..rank_simulation.simulated_ranks import SimulationError, import_codebase_module
+from ..rank_simulation.ddp_prediction import plot_prediction, predict, prediction_text, write_json
 from ..reporting.usage_summary import summary_dict, summary_text, write_summary
 
 PLAIN_DDP_BREAKS = 1
@@ -173,9 +173,9 @@ def load_config(path: str, framework: str):
 def _simulation_class(framework: str):
     # Imported here, so that the command works where only one framework is installed.
     if framework == MMCV1:
-        from ..openmmlab1.rank_simulation import RankSimulation
+        from ..rank_simulation.mmcv1_ranks import RankSimulation
     else:
-        from ..openmmlab2.rank_simulation import RankSimulation
+        from ..rank_simulation.mmengine_ranks import RankSimulation
     return RankSimulation
 
 

@@ -8,7 +8,7 @@ Importing it (``custom_imports = dict(imports=['mmdet3d_ddp_guard'])``) guards e
 """
 import mmcv
 
-from ..core.versions import check_mmcv_full
+from ..environment.versions import check_mmcv_full
 
 # Before the modules below, so that an unsupported mmcv-full gets this message, not theirs.
 check_mmcv_full(mmcv.__version__)

@@ -23,7 +23,7 @@ from mmcv.parallel import DataContainer, MMDistributedDataParallel
 from mmcv.utils import print_log
 from torch.nn.parallel import DistributedDataParallel
 
-from ..core.cpu_ddp import drop_device_ids_for_cpu_module, init_gloo_group
+from ..environment.cpu_ddp import drop_device_ids_for_cpu_module, init_gloo_group
 
 _DDP_SIGNATURE = inspect.signature(DistributedDataParallel.__init__)
 

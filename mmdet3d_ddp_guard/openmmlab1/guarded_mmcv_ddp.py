@@ -18,15 +18,15 @@ from mmcv.parallel import MMDistributedDataParallel
 from mmcv.runner import BaseRunner, OptimizerHook
 from mmcv.utils import Config, print_log
 
-from ..core.config_lines import MMCV1_LINES
-from ..core.ddp_compat import set_static_graph, static_graph_arguments
-from ..core.decision_policy import (CONFIG_TOP_LEVEL, FIND_UNUSED, DecisionPolicy, not_given,
+from ..messages.config_lines import MMCV1_LINES
+from ..environment.ddp_compat import set_static_graph, static_graph_arguments
+from ..guard.decision_policy import (CONFIG_TOP_LEVEL, FIND_UNUSED, DecisionPolicy, not_given,
                                     resolve_request)
-from ..core.forward_collectives import forward_collectives_warning
-from ..core.guarded_wrapper import GuardedWrapper
-from ..core.stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
-from ..core.step_backwards import StepBackwards
-from ..core.usage_record import ParamUsageRecord
+from ..guard.forward_collectives import forward_collectives_warning
+from ..guard.guarded_wrapper import GuardedWrapper
+from ..stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
+from ..guard.step_backwards import StepBackwards
+from ..guard.usage_record import ParamUsageRecord
 from .stall_phase_hook import StallPhaseHook
 from .cpu_launch import CPUCompatibleMMDistributedDataParallel, ddp_arguments
 
@@ -68,7 +68,7 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
     step run in the optimizer hook (``OptimizerHook``, ``GradientCumulativeOptimizerHook``,
     ``Fp16OptimizerHook``, or a codebase's own), with no hook point between them. So the
     guard acts at the end of the step's last backward, from autograd's engine
-    (:class:`~mmdet3d_ddp_guard.core.step_backwards.StepBackwards`; a final callback, after
+    (:class:`~mmdet3d_ddp_guard.guard.step_backwards.StepBackwards`; a final callback, after
     DDP's own finalisation): before gradient clipping and the optimizer step, as DDP's
     reduction is, however the backward was called. Each of these trains as under mmcv's own
     DDP (bit for bit on 2 ranks, ``tests/openmmlab1/test_step_backwards.py``):

@@ -5,8 +5,8 @@ from mmcv.parallel import is_module_wrapper
 from mmcv.runner import (HOOKS, BaseRunner, CheckpointHook, Hook, IterBasedRunner, LoggerHook,
                          OptimizerHook, get_dist_info)
 
-from ..core.config_lines import MMCV1_LINES
-from ..core.usage_record import IterationUsage
+from ..messages.config_lines import MMCV1_LINES
+from ..guard.usage_record import IterationUsage
 from ..reporting.usage_report import CHECKPOINT_KEY, ReportOptions
 from .guarded_mmcv_ddp import GuardedMMDistributedDataParallel
 

@@ -11,7 +11,7 @@ Two obstacles, both in MMEngine's Runner, neither in the model:
   refuses for a CPU module: see :func:`log_dropped_device_ids`.
 
 A gloo rank must also not abort on its way out: see
-:func:`mmdet3d_ddp_guard.core.cpu_ddp.leave_gloo_cleanly_at_exit`, installed for every gloo
+:func:`mmdet3d_ddp_guard.environment.cpu_ddp.leave_gloo_cleanly_at_exit`, installed for every gloo
 group GuardedDDP trains on, whoever created it (this package's launch path, or the user's own
 ``dist.init_process_group``).
 """
@@ -22,7 +22,7 @@ from mmengine.logging import print_log
 from mmengine.model import MMDistributedDataParallel
 from mmengine.registry import MODEL_WRAPPERS
 
-from ..core.cpu_ddp import drop_device_ids_for_cpu_module, init_gloo_group
+from ..environment.cpu_ddp import drop_device_ids_for_cpu_module, init_gloo_group
 
 
 def allow_cpu_init_dist() -> bool:

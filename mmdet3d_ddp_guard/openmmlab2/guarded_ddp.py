@@ -12,15 +12,15 @@ from mmengine.model.utils import detect_anomalous_params
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 
-from ..core.config_lines import MMENGINE_LINES
-from ..core.ddp_compat import set_static_graph, static_graph_arguments, untraced
-from ..core.decision_policy import (FIND_UNUSED, DecisionPolicy, configured_accumulation,
+from ..messages.config_lines import MMENGINE_LINES
+from ..environment.ddp_compat import set_static_graph, static_graph_arguments, untraced
+from ..guard.decision_policy import (FIND_UNUSED, DecisionPolicy, configured_accumulation,
                                     not_given, resolve_request)
-from ..core.forward_collectives import forward_collectives_warning
-from ..core.guarded_wrapper import GuardedWrapper
-from ..core.stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
-from ..core.usage_record import ParamUsageRecord
-from ..core.versions import graph_search_accumulates_right
+from ..guard.forward_collectives import forward_collectives_warning
+from ..guard.guarded_wrapper import GuardedWrapper
+from ..stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
+from ..guard.usage_record import ParamUsageRecord
+from ..environment.versions import graph_search_accumulates_right
 from .cpu_launch import log_dropped_device_ids
 
 

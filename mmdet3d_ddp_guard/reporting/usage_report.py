@@ -13,9 +13,9 @@ from typing import Dict, List, Optional
 
 from torch.nn.parallel import DistributedDataParallel
 
-from ..core.config_lines import MMENGINE_LINES, ConfigLines
-from ..core.errors import unused_parameters_error
-from ..core.usage_record import IterationUsage, ParamUsageRecord
+from ..messages.config_lines import MMENGINE_LINES, ConfigLines
+from ..guard.errors import unused_parameters_error
+from ..guard.usage_record import IterationUsage, ParamUsageRecord
 from .usage_history import HistoryFile, history_path, read_history, table_path, write_table
 from .usage_summary import summary_dict, summary_text, write_summary
 

@@ -1,7 +1,7 @@
 """The OpenMMLab 1.x tests need mmcv-full 1.x and mmdet 2.x: they run in the version matrix's
 ``openmmlab1`` leg (tools/version_matrix.sh), and are not collected where MMEngine's stack
 is installed instead (it has mmcv 2.x, without ``mmcv.parallel``)."""
-from mmdet3d_ddp_guard.core.frameworks import installed_frameworks
+from mmdet3d_ddp_guard.environment.frameworks import installed_frameworks
 
 HERE_RUNS = 'mmcv-full' in installed_frameworks()
 collect_ignore_glob = [] if HERE_RUNS else ['*']

@@ -1,11 +1,11 @@
 """The OpenMMLab 1.x training scripts the tests launch under torchrun
-(:func:`mmdet3d_ddp_guard.cli.launch.torchrun_train` with ``script=``), and their data."""
+(:func:`demo.launch.torchrun_train` with ``script=``), and their data."""
 import os
 import os.path as osp
 
 import mmdet
 
-from mmdet3d_ddp_guard.cli.launch import torchrun_train
+from demo.launch import torchrun_train
 from tests.openmmlab1.tiny_coco import make_tiny_coco
 
 HERE = osp.dirname(osp.abspath(__file__))

@@ -28,9 +28,9 @@ from mmdet3d_ddp_guard.__main__ import main
 from mmdet3d_ddp_guard.cli.check import (MMCV1, MMENGINE, config_file_keys, config_framework,
                                          framework_of_config, import_line, load_config,
                                          written_for)
-from mmdet3d_ddp_guard.cli.launch import free_port, kill_process_tree
-from mmdet3d_ddp_guard.core.config_lines import MMCV1_LINES
-from mmdet3d_ddp_guard.core.frameworks import installed_frameworks
+from demo.launch import free_port, kill_process_tree
+from mmdet3d_ddp_guard.messages.config_lines import MMCV1_LINES
+from mmdet3d_ddp_guard.environment.frameworks import installed_frameworks
 from tests.openmmlab1.tiny_coco import make_tiny_coco
 from tests.timeouts import scaled
 
@@ -256,8 +256,8 @@ def test_the_advised_line_pasted_at_the_end_keeps_the_configs_imports(tmp_path):
 def test_the_plugins_own_build_dataloader_is_found_and_called_as_the_codebases_call_it():
     from mmcv import Config
 
-    from mmdet3d_ddp_guard.core.simulated_ranks import SimulationError
-    from mmdet3d_ddp_guard.openmmlab1.rank_simulation import (codebase_build_dataloader,
+    from mmdet3d_ddp_guard.rank_simulation.simulated_ranks import SimulationError
+    from mmdet3d_ddp_guard.rank_simulation.mmcv1_ranks import (codebase_build_dataloader,
                                                               codebase_loader_args)
     build = codebase_build_dataloader(PLUGIN)
     assert build.__module__ == f'{PLUGIN}.datasets.builder'
@@ -354,8 +354,8 @@ def test_a_seed_out_of_numpys_range_is_bad_usage(capsys):
 def test_a_builder_gets_only_the_arguments_its_signature_names():
     from mmdet.datasets import build_dataloader as mmdet_2_28
 
-    from mmdet3d_ddp_guard.core.simulated_ranks import SimulationError
-    from mmdet3d_ddp_guard.openmmlab1.rank_simulation import (codebase_loader_args,
+    from mmdet3d_ddp_guard.rank_simulation.simulated_ranks import SimulationError
+    from mmdet3d_ddp_guard.rank_simulation.mmcv1_ranks import (codebase_loader_args,
                                                               loader_args, taken_args)
     from tests.openmmlab1.projects.mmdet_2_14_builder import build_dataloader as mmdet_2_14
     cfg = load_config(SAMPLERS_CONFIG, MMCV1)
@@ -411,8 +411,8 @@ def test_mmdet_2_14s_builder_on_a_bev_shaped_config_orders_the_data_by_seed_0(
 def test_the_plugin_module_is_the_one_the_bev_train_scripts_import():
     from mmcv import Config
 
-    from mmdet3d_ddp_guard.core.simulated_ranks import SimulationError
-    from mmdet3d_ddp_guard.openmmlab1.rank_simulation import plugin_module
+    from mmdet3d_ddp_guard.rank_simulation.simulated_ranks import SimulationError
+    from mmdet3d_ddp_guard.rank_simulation.mmcv1_ranks import plugin_module
 
     def module(config_path='projects/configs/bevformer/bevformer_tiny.py', **keys):
         return plugin_module(Config(keys), config_path)

@@ -9,7 +9,7 @@ from mmcv.parallel import DataContainer, MMDistributedDataParallel, collate, sca
 from mmcv.utils import Config
 
 import mmdet3d_ddp_guard
-from mmdet3d_ddp_guard.core.config_lines import MMCV1_LINES
+from mmdet3d_ddp_guard.messages.config_lines import MMCV1_LINES
 from mmdet3d_ddp_guard.openmmlab1 import GuardedMMDistributedDataParallel
 from mmdet3d_ddp_guard.openmmlab1.cpu_launch import (CPUCompatibleMMDistributedDataParallel,
                                                      unwrap_for_one_device)
@@ -224,8 +224,8 @@ def test_the_checkpoint_phase_is_published_while_mmcv_saves(tmp_path, single_ran
     import torch.distributed as dist
     from mmcv.runner import IterBasedRunner
 
-    from mmdet3d_ddp_guard.core.stall_guard import RankPosition, StallWatchdog
-    from mmdet3d_ddp_guard.core.stall_guard.store_protocol import KEY_PREFIX, StallStore
+    from mmdet3d_ddp_guard.stall_guard import RankPosition, StallWatchdog
+    from mmdet3d_ddp_guard.stall_guard.store_protocol import KEY_PREFIX, StallStore
     from mmdet3d_ddp_guard.openmmlab1.stall_phase_hook import StallPhaseHook
 
     position = RankPosition(nn.Linear(2, 2))

@@ -18,7 +18,7 @@ from typing import Callable, Dict, Optional
 import torch
 import torch.distributed as dist
 
-from ..ddp_compat import is_compiling, untraced
+from ..environment.ddp_compat import is_compiling, untraced
 from .collective_log import COLLECTIVE_FUNCTIONS, CollectiveLog
 
 # The log of the guarded wrapper whose stall guard runs in this process (one at a time).

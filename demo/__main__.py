@@ -1,4 +1,4 @@
-"""The demo: the same model and config under plain DDP (which dies) and under GuardedDDP.
+"""``python -m demo`` (``make demo``), from the repository root. The demo: the same model and config under plain DDP (which dies) and under GuardedDDP.
 
 Both runs go through MMDetection3D's own ``tools/train.py`` under torchrun with 2 processes
 (gloo on CPU), exactly as a user launches training; only ``model_wrapper_cfg`` differs. The
@@ -9,16 +9,16 @@ that runs only for batches with a pedestrian) on the tiny nuScenes data, written
 import argparse
 import os.path as osp
 import re
+import sys
 import tempfile
 from typing import List
 
 import torch
 
-from .launch import TrainRun, torchrun_train
-from .make_tiny_data import DEFAULT_ROOT, make_tiny_data
+from demo.launch import TrainRun, torchrun_train
+from demo.make_tiny_data import DEFAULT_ROOT, make_tiny_data
 
-REPO_CONFIGS = osp.join(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))),
-                        'configs')
+REPO_CONFIGS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
 TOY_CONFIG = osp.join(REPO_CONFIGS, 'toy', 'toy_detector_skip_branch.py')
 DEFAULT_CONFIG = osp.join(REPO_CONFIGS, 'centerpoint',
                           'centerpoint_pillar02_gated-refiner_tiny-nus-3d.py')
@@ -114,3 +114,9 @@ def main(args: argparse.Namespace) -> int:
         make_tiny_data(DEFAULT_ROOT)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix='ddp_guard_demo_')
     return run_demo(args.config, work_dir, args.timeout, args.cfg_options)
+
+
+if __name__ == '__main__':
+    parser = argparse.ArgumentParser(prog='python -m demo', description=__doc__)
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))

@@ -23,7 +23,7 @@ import pickle
 
 import numpy as np
 
-from .tiny_cameras import pad4, write_image
+from tests.tiny_data.tiny_cameras import pad4, write_image
 
 CLASSES = ('bed', 'table', 'sofa', 'chair', 'toilet', 'desk', 'dresser', 'night_stand',
            'bookshelf', 'bathtub')

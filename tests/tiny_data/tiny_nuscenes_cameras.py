@@ -19,7 +19,7 @@ import pickle
 
 import numpy as np
 
-from .tiny_cameras import cam_instances, intrinsics, lidar2cam, write_image
+from tests.tiny_data.tiny_cameras import cam_instances, intrinsics, lidar2cam, write_image
 
 WIDTH, HEIGHT, FOCAL = 1600, 900, 1266.0
 CAMERAS = {'CAM_FRONT': 0.0, 'CAM_FRONT_RIGHT': -55.0, 'CAM_FRONT_LEFT': 55.0,
@@ -34,7 +34,7 @@ ATTRIBUTES = {'car': 5, 'pedestrian': 2, 'truck': 6, 'trailer': 6, 'bus': 6,
 
 def add_cameras(root: str, info_file: str = 'nuscenes_infos_train.pkl', seed: int = 0):
     """Adds cameras and images to the tiny nuScenes infos under ``root`` (in place)."""
-    from .tiny_nuscenes import CLASSES, LIDAR2EGO
+    from demo.tiny_nuscenes import CLASSES, LIDAR2EGO
     rng = np.random.default_rng(seed + 1000)
     path = osp.join(root, info_file)
     with open(path, 'rb') as f:

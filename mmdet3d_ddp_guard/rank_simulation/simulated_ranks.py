@@ -23,8 +23,8 @@ from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 import torch.nn as nn
 
-from .forward_collectives import ForwardCollectiveCounter
-from .usage_record import IterationUsage, ParamUsageRecord
+from ..guard.forward_collectives import ForwardCollectiveCounter
+from ..guard.usage_record import IterationUsage, ParamUsageRecord
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ Rules (torch's DDP, verified in this project's tests and notes):
 import json
 from typing import Dict, List, Optional, Sequence
 
-from ..core.ddp_outcome import FAILS, HANGS, OK, PLAIN_DDP
-from ..core.forward_collectives import config_key_of
-from ..core.param_table import ParamTable
-from ..core.simulated_ranks import SimulatedIteration
+from ..messages.ddp_outcome import FAILS, HANGS, OK, PLAIN_DDP
+from ..guard.forward_collectives import config_key_of
+from ..guard.param_table import ParamTable
+from .simulated_ranks import SimulatedIteration
 
 
 

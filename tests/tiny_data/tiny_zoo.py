@@ -16,21 +16,21 @@ def make_one(root: str, name: str) -> str:
     folder = osp.join(root, name)
     shutil.rmtree(folder, ignore_errors=True)
     if name == 'kitti':
-        from .tiny_kitti import make_tiny_kitti
+        from demo.tiny_kitti import make_tiny_kitti
         info = make_tiny_kitti(folder)
     elif name == 'nuscenes':
-        from .tiny_nuscenes import make_tiny_nuscenes
-        from .tiny_nuscenes_cameras import add_cameras
+        from demo.tiny_nuscenes import make_tiny_nuscenes
+        from tests.tiny_data.tiny_nuscenes_cameras import add_cameras
         make_tiny_nuscenes(folder, every_class=True)
         info = add_cameras(folder)
     elif name == 'lyft':
-        from .tiny_lyft import make_tiny_lyft
+        from tests.tiny_data.tiny_lyft import make_tiny_lyft
         info = make_tiny_lyft(folder)
     elif name == 'waymo':
-        from .tiny_waymo import make_tiny_waymo
+        from tests.tiny_data.tiny_waymo import make_tiny_waymo
         info = make_tiny_waymo(folder)
     elif name == 'sunrgbd':
-        from .tiny_sunrgbd import make_tiny_sunrgbd
+        from tests.tiny_data.tiny_sunrgbd import make_tiny_sunrgbd
         info = make_tiny_sunrgbd(folder)
     else:
         raise ValueError(f'no tiny {name!r} dataset; there are {", ".join(GENERATORS)}')

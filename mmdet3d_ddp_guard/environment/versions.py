@@ -57,7 +57,7 @@ def _without_the_guard(frameworks: Optional[Collection[str]]) -> str:
     MMEngine the config also names GuardedDDP, which mmcv 1.x's configs never do."""
     # Imported here: both modules import this one, and reading the installed distributions
     # imports no framework.
-    from .config_lines import MMENGINE_LINES
+    from ..messages.config_lines import MMENGINE_LINES
     from .frameworks import MMCV1, MMENGINE, installed_frameworks
     if frameworks is None:
         try:

@@ -21,7 +21,7 @@ import shutil
 
 import numpy as np
 
-from . import tiny_nuscenes
+from demo import tiny_nuscenes
 
 # LyftDataset.METAINFO['classes']
 CLASSES = ('car', 'truck', 'bus', 'emergency_vehicle', 'other_vehicle', 'motorcycle',

@@ -2,7 +2,7 @@
 the fix in the words of the user's framework (:mod:`.config_lines`)."""
 from typing import Mapping, Sequence
 
-from .config_lines import ConfigLines
+from ..messages.config_lines import ConfigLines
 from .param_table import ParamTable, format_rows
 
 

@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 import torch.distributed as dist
 
-from ..config_lines import ConfigLines
+from ..messages.config_lines import ConfigLines
 from .collective_log import global_ranks
 from .rank_position import RankPosition
 from .recording_functions import activate, deactivate

@@ -14,9 +14,9 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from .completion import UnusedCompletion
-from .cpu_ddp import leave_gloo_cleanly_at_exit
+from ..environment.cpu_ddp import leave_gloo_cleanly_at_exit
 from .decision_policy import Decision, DecisionPolicy
-from .stall_guard import RankPosition, watch_ranks
+from ..stall_guard import RankPosition, watch_ranks
 from .unused_counts_comm_hook import UnusedCountsState
 from .usage_record import ParamUsageRecord
 

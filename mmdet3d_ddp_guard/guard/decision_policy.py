@@ -10,11 +10,11 @@ from typing import List, Optional, Tuple, Union
 
 import torch
 
-from .config_lines import MMCV1_LINES, MMENGINE_LINES, ConfigLines
-from .ddp_outcome import FAILS, UNDEFINED_GRADIENTS_ONLY, outcome_line
+from ..messages.config_lines import MMCV1_LINES, MMENGINE_LINES, ConfigLines
+from ..messages.ddp_outcome import FAILS, UNDEFINED_GRADIENTS_ONLY, outcome_line
 from .param_table import ParamTable
 from .usage_record import IterationUsage, UsageStatistics
-from .versions import graph_search_accumulates_right
+from ..environment.versions import graph_search_accumulates_right
 
 AUTO = 'auto'
 

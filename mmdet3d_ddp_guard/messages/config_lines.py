@@ -10,7 +10,7 @@ works where they paste it.
 """
 from dataclasses import dataclass
 
-from .frameworks import MMCV1, MMENGINE
+from ..environment.frameworks import MMCV1, MMENGINE
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """N ranks of mmcv-full 1.x DDP training (mmdet 2.x, mmdet3d 0.x), simulated in one process.
 
-The 1.x twin of :mod:`mmdet3d_ddp_guard.openmmlab2.rank_simulation`, sharing its
-framework-free half (:class:`~mmdet3d_ddp_guard.core.simulated_ranks.SimulatedRanks`).
+The 1.x twin of :mod:`mmdet3d_ddp_guard.rank_simulation.mmengine_ranks`, sharing its
+framework-free half (:class:`~mmdet3d_ddp_guard.rank_simulation.simulated_ranks.SimulatedRanks`).
 Each simulated iteration takes the N batches that the training's ``build_dataloader`` hands
 ranks 0..N-1 of N (``dist=True``, with the seed ``tools/train.py`` sets as ``cfg.seed``: its
 ``--seed``, 0 by default in the BEV codebases, whatever the config's own ``seed`` says), each
@@ -29,7 +29,7 @@ What it cannot see, besides what the MMEngine simulation cannot (code branching 
 rank, per-rank augmentation randomness, batch-norm synchronisation, and a rank's own
 memory between iterations: the simulated ranks share one model instance, so a streaming
 model's memory, StreamPETR's memory queue or Sparse4D's instance bank, holds the previous
-simulated rank's state, see :mod:`~mmdet3d_ddp_guard.core.simulated_ranks`): learning-rate and
+simulated rank's state, see :mod:`~mmdet3d_ddp_guard.rank_simulation.simulated_ranks`): learning-rate and
 momentum hooks (the optimizer keeps the config's lr), fp16 and gradient-accumulation
 optimizer hooks (one plain step per iteration), and layers that need CUDA (the model runs
 on the CPU).
@@ -45,9 +45,9 @@ from mmcv.runner import OptimizerHook, build_optimizer
 from mmdet.apis import set_random_seed
 from mmdet.datasets import builder
 
-from ..core.simulated_ranks import (SimulatedIteration, SimulatedRanks, SimulationError,
+from .simulated_ranks import (SimulatedIteration, SimulatedRanks, SimulationError,
                                     dist_info_of, endless_batches, import_codebase_module)
-from .cpu_launch import unwrap_for_one_device
+from ..openmmlab1.cpu_launch import unwrap_for_one_device
 
 #: ``train_detector``'s defaults under ``data.train_dataloader`` (mmdet 2.x apis/train.py).
 LOADER_DEFAULTS = dict(samples_per_gpu=2, workers_per_gpu=2, persistent_workers=False)

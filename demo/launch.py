@@ -12,6 +12,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
+#: The repository's root: the configs' ``custom_imports`` name modules of ``demo/`` and
+#: ``tests/``, which are not installed, so every run gets the root on its ``PYTHONPATH``.
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+
 
 def mmdet3d_train_script() -> str:
     """``tools/train.py`` as shipped inside the installed mmdet3d (``.mim/tools``)."""
@@ -101,8 +105,10 @@ def torchrun_train(config: str, work_dir: str, nproc: int = 2,
         command += ['--cfg-options', *cfg_options]
     start = time.monotonic()
     deadline = None if timeout is None else start + timeout
+    env = {**os.environ, **(env or {})}
+    env['PYTHONPATH'] = os.pathsep.join(filter(None, [REPO, env.get('PYTHONPATH')]))
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, env={**os.environ, **(env or {})},
+                               text=True, env=env,
                                start_new_session=True)
     timed_out = stopped = False
     while True:

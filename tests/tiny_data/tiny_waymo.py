@@ -29,7 +29,7 @@ import pickle
 
 import numpy as np
 
-from .tiny_cameras import cam_instances, intrinsics, lidar2cam, pad4, write_image
+from tests.tiny_data.tiny_cameras import cam_instances, intrinsics, lidar2cam, pad4, write_image
 
 CLASSES = ('Car', 'Pedestrian', 'Cyclist')
 SIZES = {'Car': (4.5, 2.0, 1.6), 'Pedestrian': (0.8, 0.8, 1.8), 'Cyclist': (1.8, 0.7, 1.8)}

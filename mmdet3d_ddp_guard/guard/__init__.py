@@ -1,0 +1,5 @@
+"""The guard itself, the same for both frameworks and torch only: which parameters a
+backward reached (:mod:`.usage_record`), the zero gradients that let DDP's reduction complete
+(:mod:`.completion`), the counts carried on DDP's last bucket (:mod:`.unused_counts_comm_hook`),
+the decision of what to do with unused parameters (:mod:`.decision_policy`), its errors, and
+the base both adapters' wrappers build through (:mod:`.guarded_wrapper`)."""

@@ -1,0 +1,2 @@
+"""The words every message shares: the config lines a fix names, in the user's framework
+(:mod:`.config_lines`), and what plain DDP does with an iteration (:mod:`.ddp_outcome`)."""
