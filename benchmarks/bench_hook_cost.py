@@ -20,6 +20,7 @@ from mmengine.logging import MMLogger
 from mmengine.runner import Runner
 
 import mmdet3d_ddp_guard  # noqa: F401 (registers GuardedDDP, the hook, the CPU launch fix)
+import repo_root  # noqa: F401,I100 (tests/ and demo/ importable: not installed)
 import tests.toys.bev_net  # noqa: F401 (registers BEVConvNet, its data)
 
 WRAPPERS = {

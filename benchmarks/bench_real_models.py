@@ -13,8 +13,9 @@ import re
 import statistics
 import tempfile
 
-from demo.make_tiny_data import DEFAULT_ROOT, make_tiny_data
+import repo_root  # noqa: F401,I100 (tests/ and demo/ importable: not installed)
 from demo.launch import torchrun_train
+from demo.make_tiny_data import DEFAULT_ROOT, make_tiny_data
 
 CONFIGS = {
     'CenterPoint + gated layer (nuScenes)':

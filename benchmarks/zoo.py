@@ -4,8 +4,8 @@
     .venv/bin/python benchmarks/zoo.py                 # run every pending config (resumable)
     .venv/bin/python benchmarks/zoo.py --only 'pointpillars/.*kitti' --commit
     .venv/bin/python benchmarks/zoo.py --classify      # rows without running anything
-    .venv/bin/python benchmarks/zoo.py --render        # docs/zoo/README.md and README.md's
-                                                       # zoo section, from the JSON
+    .venv/bin/python benchmarks/zoo.py --render        # docs/zoo/README.md and the zoo
+                                                       # section of docs/compatibility.md
 
 For each config of mmdet3d's installed ``configs/`` folder (``mmdet3d/.mim/configs``):
 
@@ -25,7 +25,7 @@ For each config of mmdet3d's installed ``configs/`` folder (``mmdet3d/.mim/confi
 
 One row per config in ``docs/zoo/zoo.json``, written after every config (a config already
 done is skipped on the next run, so a stopped run resumes); ``docs/zoo/README.md`` and the
-zoo section of the project's README are rendered from it (``zoo_render``). ``--commit``
+zoo section of docs/compatibility.md are rendered from it (``zoo_render``). ``--commit``
 commits those three files after every row.
 """
 import argparse
@@ -46,11 +46,11 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 
 import zoo_overrides  # noqa: E402
-from zoo_render import (README_BEGIN, README_END, render, update_readme,  # noqa: E402
-                        with_section)
+from zoo_render import (README_BEGIN, README_END, SECTION_PAGE, render,  # noqa: E402
+                        update_readme, with_section)
 
 ZOO_DIR = DEFAULT_ZOO_DIR = osp.join(REPO, 'docs', 'zoo')
-PROJECT_README = osp.join(REPO, 'README.md')
+PROJECT_README = osp.join(REPO, SECTION_PAGE)
 ZOO_JSON = osp.join(ZOO_DIR, 'zoo.json')
 ZOO_README = osp.join(ZOO_DIR, 'README.md')
 DATA_ROOT = osp.join(REPO, 'data', 'tiny', 'zoo')
@@ -122,7 +122,8 @@ def save_rows(rows: Dict[str, Dict], configs: List[str]) -> None:
 
 
 def write_docs(rows: List[Dict]) -> None:
-    """docs/zoo/README.md, and the README's zoo section when the rows are the project's."""
+    """docs/zoo/README.md, and docs/compatibility.md's zoo section when the rows are the
+    project's."""
     os.makedirs(ZOO_DIR, exist_ok=True)
     with open(ZOO_README, 'w') as f:
         f.write(render(rows))
@@ -407,14 +408,14 @@ def probe(configs: List[str], root: str, args) -> int:
 
 def git_commit(message: str) -> None:
     """Commits the rows and what is rendered from them only (by path), retrying a held index
-    lock. README.md goes in only when nothing but its zoo section differs from the last
-    commit: someone's edit in progress there is not swept into a zoo commit."""
+    lock. The section's page goes in only when nothing but its zoo section differs from the
+    last commit: someone's edit in progress there is not swept into a zoo commit."""
     paths = [osp.relpath(p, REPO) for p in (ZOO_JSON, ZOO_README)]
     if _only_zoo_section_changed(PROJECT_README):
         paths.append(osp.relpath(PROJECT_README, REPO))
     else:
-        print('  README.md has other uncommitted changes: its zoo section is left for you '
-              'to commit', flush=True)
+        print(f'  {SECTION_PAGE} has other uncommitted changes: its zoo section is left for '
+              'you to commit', flush=True)
     for attempt in range(30):
         if osp.exists(osp.join(REPO, '.git', 'index.lock')):
             time.sleep(2)

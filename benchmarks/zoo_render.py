@@ -1,7 +1,7 @@
 """What the zoo's rows say, in Markdown: ``docs/zoo/README.md`` (the whole table) and the
-short section of the project's README between the ``zoo`` markers. Both are rendered from
-``docs/zoo/zoo.json`` only, and ``tests/test_docs.py`` checks that the committed files
-are what these functions render, so neither can drift from the rows.
+short section of ``docs/compatibility.md`` (:data:`SECTION_PAGE`) between the ``zoo``
+markers. Both are rendered from ``docs/zoo/zoo.json`` only, and ``tests/test_docs.py`` checks
+that the committed files are what these functions render, so neither can drift from the rows.
 """
 import os.path as osp
 import re
@@ -11,7 +11,10 @@ from typing import Dict, List
 README_BEGIN = ('<!-- zoo: rendered by benchmarks/zoo.py from docs/zoo/zoo.json; edit '
                 'benchmarks/zoo_render.py, not this section -->')
 README_END = '<!-- zoo: end -->'
-#: The README's line width.
+#: The page that holds the short section, from the repository root: the section's links are
+#: relative to its folder, ``docs/``.
+SECTION_PAGE = 'docs/compatibility.md'
+#: The docs' line width.
 WIDTH = 96
 
 
@@ -163,7 +166,8 @@ def _by_family(selected: List[Dict]) -> List[str]:
 
 
 def readme_section(rows: List[Dict]) -> str:
-    """The project README's answer to "does this config need the flag?", from the rows."""
+    """The short answer to "does this config need the flag?", from the rows, for
+    :data:`SECTION_PAGE`."""
     configs = [r for r in rows if not r['config'].startswith('_base_/')]
     ran = [r for r in configs if r['status'] == 'ok']
     pending = [r for r in configs if r['status'] in ('pending', 'error')]
@@ -174,7 +178,7 @@ def readme_section(rows: List[Dict]) -> str:
         f'mmdet3d 1.4.0 ships {len(configs)} configs (besides `_base_` fragments). Each that '
         'can train on a CPU was simulated on 8 ranks by `check --world-size 8` and trained '
         'on 2 real ranks under GuardedDDP, on tiny data in its dataset\'s format '
-        f'([the table](docs/zoo/README.md), which says what was shrunk; what a row says holds '
+        f'([the table](zoo/README.md), which says what was shrunk; what a row says holds '
         'for those batches, so run `check` on your own data too): '
         f'{len(ran)} checked and trained, {len(skipped)} skipped (a CUDA-only op, or AMP), '
         f'{len(limited)} that mmdet3d 1.4.0 itself cannot train'
@@ -201,7 +205,7 @@ def readme_section(rows: List[Dict]) -> str:
     return '\n'.join(lines + [README_END])
 
 
-def with_section(text: str, section: str, where: str = 'README.md') -> str:
+def with_section(text: str, section: str, where: str = SECTION_PAGE) -> str:
     """``text`` with the part between the zoo markers replaced by ``section``."""
     pattern = re.compile(re.escape(README_BEGIN) + '.*?' + re.escape(README_END), re.S)
     if not pattern.search(text):

@@ -1,6 +1,7 @@
 """Training scenarios run inside the spawned ranks of the multi-process tests."""
 import contextlib
 import gc
+import re
 import threading
 import time
 from typing import Dict, List, Tuple
@@ -11,9 +12,9 @@ from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 
 from mmdet3d_ddp_guard import GuardedDDP, UnusedParametersError
+from mmdet3d_ddp_guard.environment.versions import graph_search_accumulates_right, major_minor
 from mmdet3d_ddp_guard.guard import accumulate_grad_hooks
 from tests.toys import ToyDetector, make_toy_batch
-from mmdet3d_ddp_guard.environment.versions import graph_search_accumulates_right, major_minor
 
 #: ``Optimizer.zero_grad()`` zeroes gradients in place by default before torch 2.0.
 GRADS_ZEROED_IN_PLACE = major_minor(torch.__version__) < (2, 0)
@@ -338,6 +339,35 @@ def strict_stop_message(rank: int, world_size: int, pattern: str) -> str:
     except UnusedParametersError as error:
         return f'{type(error).__name__}: {error}'
     return 'trained without stopping'
+
+
+def strict_stop_in_a_runner(rank: int, world_size: int, work_dir: str, pattern: str) -> Dict:
+    """Trains a real Runner under GuardedDDP(find_unused_parameters=False) with
+    UnusedParamsHook until the strict stop; returns the error and the iterations of the
+    hook's per-iteration file (rank 0 writes it)."""
+    import json
+    import os.path as osp
+
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+    cfg = toy_runner_cfg(work_dir, pattern,
+                         dict(type='GuardedDDP', find_unused_parameters=False))
+    runner = Runner.from_cfg(Config(cfg))
+    try:
+        runner.train()
+        error = None
+    except UnusedParametersError as stop:
+        error = stop
+    path = osp.join(work_dir, 'unused_params.jsonl')
+    lines = []
+    if osp.exists(path):
+        with open(path) as f:
+            lines = [json.loads(line) for line in f]
+    stopped_at = re.search(r'no gradient in iteration (\d+) on', str(error or ''))
+    return dict(error=None if error is None else str(error),
+                stopped_at=int(stopped_at.group(1)) if stopped_at else None,
+                file_iterations=[line['iter'] for line in lines],
+                last_line=lines[-1] if lines else None)
 
 
 def collectives_during_training(rank: int, world_size: int, work_dir: str, pattern: str,

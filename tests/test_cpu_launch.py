@@ -16,8 +16,13 @@ from tests.dist_utils import run_distributed
 from tests.timeouts import scaled
 
 
-def test_wraps_once_and_is_marked():
-    # Importing the package already wrapped it; a second call must not wrap twice.
+def test_wraps_once_and_is_marked(monkeypatch):
+    # Importing the package wrapped it where there is no CUDA (openmmlab2/import_changes.py);
+    # where there is, it is wrapped here. A second call must not wrap twice.
+    if torch.cuda.is_available():
+        original = mmengine_dist._init_dist_pytorch
+        monkeypatch.setattr(mmengine_dist, '_init_dist_pytorch', original)  # put back after
+        assert allow_cpu_init_dist() is True
     assert getattr(mmengine_dist._init_dist_pytorch, 'ddp_guard_cpu_aware', False)
     assert allow_cpu_init_dist() is False
 

@@ -143,17 +143,18 @@ def test_the_checker_finds_each_kind_of_mistake(tmp_path):
 
 
 def test_zoo_documents_are_rendered_from_zoo_json():
-    """docs/zoo/README.md and the README's zoo section say what docs/zoo/zoo.json says: rerun
+    """docs/zoo/README.md and the zoo section of docs/compatibility.md say what
+    docs/zoo/zoo.json says: rerun
     ``benchmarks/zoo.py --render`` after changing the rows or benchmarks/zoo_render.py."""
     sys.path.insert(0, str(ROOT / 'benchmarks'))
     import zoo_render
     rows = json.loads((ROOT / 'docs' / 'zoo' / 'zoo.json').read_text())
     assert (ROOT / 'docs' / 'zoo' / 'README.md').read_text() == zoo_render.render(rows)
-    assert zoo_render.readme_section(rows) in (ROOT / 'README.md').read_text()
+    assert zoo_render.readme_section(rows) in (ROOT / zoo_render.SECTION_PAGE).read_text()
 
 
 def test_zoo_section_names_configs_that_leave_parameters_unused_without_the_flag():
-    """The zoo's rows of mmdet3d 1.4.0 have no such config, so the README shows "none"; a
+    """The zoo's rows of mmdet3d 1.4.0 have no such config, so the section shows "none"; a
     row that has one (here the SMOKE row with the flag taken away) is listed with how many
     of them plain DDP would fail on."""
     sys.path.insert(0, str(ROOT / 'benchmarks'))

@@ -38,7 +38,7 @@ FIXES = {
         framework=MMENGINE,
         old_torch="or remove mmdet3d_ddp_guard from custom_imports and "
                   "`model_wrapper_cfg = dict(type='GuardedDDP')` (or the "
-                  'mmdet3d_ddp_guard::_base_/ddp_guard.py base) from your config, and set '
+                  '_base_ file that holds it) from your config, and set '
                   'find_unused_parameters = True in it instead.',
         comm_hook="GuardedDDP: the last gradient bucket was not reduced in this backward; "
                   "another comm hook may have replaced the guard's."),
@@ -131,7 +131,7 @@ def test_where_both_frameworks_are_installed_the_way_back_names_each():
     assert str(raised.value).endswith(
         "both have wheels for), or under MMEngine, remove mmdet3d_ddp_guard from custom_imports "
         "and `model_wrapper_cfg = dict(type='GuardedDDP')` (or the "
-        'mmdet3d_ddp_guard::_base_/ddp_guard.py base) from your config, and set '
+        '_base_ file that holds it) from your config, and set '
         'find_unused_parameters = True in it instead; under mmcv-full 1.x, remove '
         'mmdet3d_ddp_guard from custom_imports and set find_unused_parameters = True in your '
         'config instead.')

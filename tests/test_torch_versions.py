@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from mmdet3d_ddp_guard.guard import accumulate_grad_hooks, ddp_compat, step_backwards
+from mmdet3d_ddp_guard.environment import ddp_compat
+from mmdet3d_ddp_guard.guard import accumulate_grad_hooks, step_backwards
 from mmdet3d_ddp_guard.messages.config_lines import MMENGINE_LINES
 from mmdet3d_ddp_guard.guard.decision_policy import (CONFIG_TOP_LEVEL, COMPLETE, FIND_UNUSED,
                                                     initial_decision)

@@ -6,7 +6,8 @@ import pytest
 
 from tests.dist_utils import DistributedRunError, run_distributed
 from tests.equivalence import assert_hook_matches_truth, named_unused
-from tests.scenarios import GRADS_ZEROED_IN_PLACE, collectives_during_training, train_toy_runner
+from tests.scenarios import (GRADS_ZEROED_IN_PLACE, collectives_during_training,
+                             strict_stop_in_a_runner, train_toy_runner)
 
 PATTERNS = ['dead_layer', 'skip_odd', 'rank_dependent', 'output_not_in_loss']
 WRAPPERS = {
@@ -162,3 +163,17 @@ def test_under_plain_ddp_fast_path_it_stops_clearly_instead_of_hanging(tmp_path)
     text = str(raised.value)
     assert 'UnusedParametersError' in text and 'dead.weight' in text
     assert 'timeout' not in text.split('\n')[0]
+
+
+@pytest.mark.timeout(300)
+def test_the_file_holds_the_iteration_that_stopped_the_run(tmp_path):
+    """The strict stop and the hook both listen to the record; the stop raising first must
+    not keep the hook from writing the iteration it stopped at (every listener hears every
+    iteration, then the first error is raised)."""
+    results = run_distributed(strict_stop_in_a_runner, str(tmp_path), 'skip_odd')
+    for result in results:
+        assert result['error'] is not None, result
+        # The toy's dead layer is unused from the first iteration on.
+        assert result['stopped_at'] == 0, result['error']
+    assert results[0]['file_iterations'] == [0]
+    assert results[0]['last_line']['ranks_left_unreached'] == 2

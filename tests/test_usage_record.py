@@ -5,7 +5,8 @@ import torch.nn as nn
 
 from tests.toys import ToyDetector, make_toy_batch
 from mmdet3d_ddp_guard.guard.param_table import ParamTable
-from mmdet3d_ddp_guard.guard.usage_record import ParamUsageRecord, UsageStatistics
+from mmdet3d_ddp_guard.guard.iteration_usage import UsageStatistics
+from mmdet3d_ddp_guard.guard.usage_record import ParamUsageRecord
 
 
 def test_zero_gradient_is_used_and_unreached_is_unused():

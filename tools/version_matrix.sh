@@ -65,8 +65,10 @@ TESTS=(
   tests/test_stall_guard_costs.py::test_a_second_wrapper_in_the_process_never_judges_nor_silences_the_first
   tests/test_stall_guard_costs.py::test_a_compiled_model_with_a_sync_bn_compiles_the_same_frames_with_the_guard
 )
-# The openmmlab1 leg has no MMEngine: the layout's import rules, and its adapter's own tests.
-OPENMMLAB1_TESTS=(tests/test_layout.py tests/test_ddp_contract.py tests/openmmlab1)
+# The openmmlab1 leg has no MMEngine: the layout's import rules, what importing the package
+# changes there (README), and its adapter's own tests.
+OPENMMLAB1_TESTS=(tests/test_layout.py tests/test_ddp_contract.py tests/test_import_changes.py
+  tests/openmmlab1)
 
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
 
@@ -226,10 +228,11 @@ for leg in "${LEGS[@]}"; do
   expect_mmdet3d_0x=
   if [ "$name" = openmmlab1 ]; then tests=("${OPENMMLAB1_TESTS[@]}"); expect_mmdet3d_0x=1; fi
   say "$name: ${#tests[@]} test files and tests"
-  # From a copy of the tests (and the docs some of them check against), so that
-  # `import mmdet3d_ddp_guard` finds the installed package, not the checkout.
+  # From a copy of the tests (and the docs some of them check against: README.md's list of
+  # what importing the package changes), so that `import mmdet3d_ddp_guard` finds the
+  # installed package, not the checkout.
   workdir=$(mktemp -d)
-  cp -r tests docs pytest.ini "$workdir/"
+  cp -r tests docs pytest.ini README.md "$workdir/"
   if (cd "$workdir" && DDP_GUARD_EXPECT_INSTALLED=1 \
       DDP_GUARD_EXPECT_MMDET3D_0X=$expect_mmdet3d_0x \
       "$repo/.venvs/$name/bin/python" -m pytest "${tests[@]}" -p no:cacheprovider -q); then

@@ -25,140 +25,30 @@ their code derives from ``plugin_dir``. The working directory goes on ``sys.path
 codebase's root, imports its ``projects.mmdet3d_plugin`` too.
 """
 import argparse
-import ast
 import os
 import os.path as osp
 import sys
 import tempfile
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Mapping, Optional
 
-from ..messages.config_lines import LINES, MMCV1_LINES
-from ..messages.ddp_outcome import HANGS, OK
+from ..messages.config_lines import LINES
+from ..messages.ddp_outcome import OK
 from ..guard.forward_collectives import sync_norm_cfg_keys
 from ..environment.frameworks import MMCV1, MMENGINE, installed_frameworks
+from ..rank_simulation.check_report import MAX_TABLE_ROWS, import_line, report
+from ..rank_simulation.config_framework import config_file_keys, config_framework, written_for
 from ..rank_simulation.simulated_ranks import SimulationError, import_codebase_module
-from ..rank_simulation.ddp_prediction import plot_prediction, predict, prediction_text, write_json
-from ..reporting.usage_summary import summary_dict, summary_text, write_summary
+from ..rank_simulation.ddp_prediction import plot_prediction, predict, write_json
+from ..reporting.usage_summary import summary_dict, write_summary
 
 PLAIN_DDP_BREAKS = 1
 BAD_USAGE = 2
-#: Longer per-iteration tables go to a PNG in the work dir as well.
-MAX_TABLE_ROWS = 20
-#: Top-level keys only an MMEngine config has (mmcv 1.x reads none of them).
-MMENGINE_MARKERS = ('optim_wrapper', 'train_dataloader', 'default_scope')
 #: The frameworks as the usage errors name them.
 FRAMEWORK_NAMES = {MMENGINE: 'MMEngine (OpenMMLab 2.x)',
                    MMCV1: 'mmcv-full 1.x (OpenMMLab 1.x: mmdet 2.x, mmdet3d 0.x)'}
-#: mmcv 1.x's runners, named by ``runner = dict(type=...)`` in a 1.x config.
-MMCV1_RUNNERS = ('IterBasedRunner', 'EpochBasedRunner')
 #: The config key each framework's training takes its seed from (``--seed`` sets it; the
 #: mmcv 1.x train scripts set ``cfg.seed`` from their own ``--seed`` whatever the config says).
 SEED_KEYS = {MMENGINE: 'randomness.seed', MMCV1: 'seed'}
-#: Whose ``tools/train.py --seed`` defaults to the seed check simulates for a 1.x config.
-MMCV1_SEED_SCRIPTS = 'BEVFormer, UniAD, StreamPETR and PETR (and in mmdet3d 0.17.1)'
-
-#: The module the guard's import line adds to ``custom_imports``.
-GUARD_MODULE = 'mmdet3d_ddp_guard'
-
-
-def framework_of_config(cfg: Mapping[str, Any]) -> Optional[str]:
-    """``'mmengine'`` or ``'mmcv-full'``: which framework's training a config is written for,
-    from its top-level keys; None when they say neither.
-
-    MMEngine's keys (``optim_wrapper``, ``train_dataloader``, ``default_scope``, or a
-    ``train_cfg`` loop) win; else mmcv 1.x's (``optimizer_config``, ``runner`` of type
-    ``IterBasedRunner``/``EpochBasedRunner``, or ``data.train``).
-
-    Args:
-        cfg (Mapping): The config's top-level keys (either framework's ``Config``, or
-            :func:`config_file_keys`).
-    """
-    if any(key in cfg for key in MMENGINE_MARKERS):
-        return MMENGINE
-    train_cfg = cfg.get('train_cfg')
-    if isinstance(train_cfg, Mapping) and (
-            str(train_cfg.get('type', '')).endswith('TrainLoop')
-            or 'max_epochs' in train_cfg or 'max_iters' in train_cfg):
-        return MMENGINE
-    runner, data = cfg.get('runner'), cfg.get('data')
-    if 'optimizer_config' in cfg \
-            or isinstance(runner, Mapping) and runner.get('type') in MMCV1_RUNNERS \
-            or isinstance(data, Mapping) and 'train' in data:
-        return MMCV1
-    return None
-
-
-def config_file_keys(path: str, depth: int = 0) -> Dict[str, Any]:
-    """The top-level keys of a Python config and of its ``_base_`` files (those given by a
-    path; ``pkg::`` ones are skipped), read from the source without running it, so without
-    either framework: literal values and ``dict(...)`` calls as dicts, other values None.
-
-    Args:
-        path (str): The config file.
-        depth (int): The ``_base_`` nesting so far (a cycle stops at 8).
-    """
-    with open(path) as f:
-        tree = ast.parse(f.read(), filename=path)
-    keys: Dict[str, Any] = {}
-    own: Dict[str, Any] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    own[target.id] = _literal(node.value)
-    bases = own.pop('_base_', None)
-    for base in ([bases] if isinstance(bases, str) else bases or []) if depth < 8 else []:
-        if isinstance(base, str) and '::' not in base:
-            base_path = osp.join(osp.dirname(path), base)
-            if osp.isfile(base_path):
-                _merge(keys, config_file_keys(base_path, depth + 1))
-    _merge(keys, own)
-    return keys
-
-
-def _literal(node: ast.AST) -> Any:
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-            and node.func.id == 'dict':
-        return {kw.arg: _literal(kw.value) for kw in node.keywords if kw.arg}
-    if isinstance(node, ast.Dict):
-        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values)
-                if k is not None}
-    try:
-        return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return None
-
-
-def _merge(into: Dict[str, Any], new: Dict[str, Any]) -> None:
-    # As the configs merge: a child's dict updates its base's, other values replace it.
-    for key, value in new.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
-
-
-def written_for(path: str) -> Optional[str]:
-    """:func:`framework_of_config` of the config file at ``path``; None when its keys say
-    neither or its source cannot be read without running it."""
-    try:
-        return framework_of_config(config_file_keys(path))
-    except (OSError, SyntaxError, ValueError, RecursionError):
-        return None
-
-
-def config_framework(path: str) -> str:
-    """The framework whose adapter simulates the config at ``path``: the installed one when
-    only one is (each adapter reads only its own framework's configs); where both are, the
-    one the config is :func:`written_for`, and MMEngine when that says neither.
-
-    Args:
-        path (str): The config file.
-    """
-    installed = installed_frameworks()
-    if len(installed) == 1:
-        return next(iter(installed))
-    return written_for(path) or MMENGINE
 
 
 def load_config(path: str, framework: str):
@@ -187,25 +77,6 @@ def _dict_action():
     else:
         from mmcv import DictAction
     return DictAction
-
-
-def import_line(custom_imports: Optional[Mapping] = None) -> str:
-    """The ``custom_imports`` line that imports the guard, for the end of a config whose
-    merged ``custom_imports`` is ``custom_imports``: its list with the guard added and its
-    ``allow_failed_imports`` kept, since the line replaces the list the config has.
-
-    Args:
-        custom_imports (Mapping): The config's ``custom_imports``, or None.
-    """
-    if not custom_imports:
-        return MMCV1_LINES.guard
-    imports = custom_imports.get('imports') or []
-    # mmcv's and MMEngine's import_modules_from_strings take one name as well as a list.
-    imports = [imports] if isinstance(imports, str) else list(imports)
-    if GUARD_MODULE not in imports:
-        imports.append(GUARD_MODULE)
-    allow = custom_imports.get('allow_failed_imports', False)
-    return f'custom_imports = dict(imports={imports!r}, allow_failed_imports={allow!r})'
 
 
 def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE,
@@ -247,64 +118,6 @@ def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE,
                               plain_ddp_outcome=plain['outcome'],
                               plain_ddp_first_failure_iteration=plain['first_iteration'])
     return simulation, summary, prediction
-
-
-def mmcv1_seed_text(seed: int, config_seed: Any = None) -> str:
-    """What the report says of the seed of a 1.x config simulated without ``--seed``.
-
-    Args:
-        seed (int): The seed simulated (the BEV codebases' ``--seed`` default).
-        config_seed: The ``seed`` the config writes, None where it writes none.
-    """
-    text = (f'No --seed given: simulated with seed {seed}, the --seed default of '
-            f'tools/train.py in {MMCV1_SEED_SCRIPTS}, which set cfg.seed = args.seed.')
-    if config_seed is not None:
-        text += (f' The config\'s seed = {config_seed!r} is not what these train scripts '
-                 'use: each overwrites cfg.seed with its --seed.')
-    return text + (' mmdet 2.x\'s own tools/train.py (init_random_seed, as in 2.28) draws '
-                   'a random seed when not given --seed, and a shuffling sampler orders the '
-                   'data by it: give check the --seed your training gets.')
-
-
-def report(summary: dict, prediction: dict, table, framework: str = MMENGINE,
-           custom_imports: Optional[Mapping] = None, config_seed: Any = None,
-           notes: Sequence[str] = ()) -> str:
-    """The text the command prints: the summary, the prediction and the config advice.
-
-    Args:
-        summary (dict): :func:`summary_dict`'s, as :func:`run_check` returns it.
-        prediction (dict): :func:`predict`'s, as :func:`run_check` returns it.
-        table (ParamTable): The names of the parameter ids.
-        framework (str): The config's framework (:func:`config_framework`).
-        custom_imports (Mapping): The config's ``custom_imports`` (:func:`import_line`).
-        config_seed: The ``seed`` a 1.x config writes (:func:`mmcv1_seed_text`).
-        notes (list[str]): More to say about how the config was read (the 1.x plugin).
-    """
-    lines = ['', '=' * 78, summary_text(summary), '',
-             prediction_text(prediction, table, max_rows=MAX_TABLE_ROWS)]
-    if not prediction['seed_from_config'] and framework == MMCV1:
-        lines.append(mmcv1_seed_text(prediction['seed'], config_seed))
-    elif not prediction['seed_from_config']:
-        lines.append(f'The config sets no randomness.seed, so a shuffling sampler orders the '
-                     f'data differently in every run; this prediction used seed '
-                     f'{prediction["seed"]} (--seed sets one).')
-    lines += list(notes)
-    if prediction['plain_ddp']['outcome'] == HANGS:
-        lines += ['', 'First replace the SyncBN-type layer(s) named above: no wrapper can '
-                  'prevent that hang. Then, for the unused parameters, add to your config:']
-    else:
-        lines += ['', 'Add to your config:']
-    lines.append(f'    {import_line(custom_imports)}')
-    if framework == MMCV1:
-        lines += ['(it guards every MMDistributedDataParallel the training builds), and '
-                  'delete any top-level `find_unused_parameters = ...` line.', '=' * 78]
-        return '\n'.join(lines)
-    lines += [
-        f'    {summary["verdict"]["recommended_setting"]}',
-        "    custom_hooks = [dict(type='UnusedParamsHook')]  # optional: per-iteration report",
-        '(or inherit configs/_base_/ddp_guard.py), and delete any top-level '
-        '`find_unused_parameters = ...` line.', '=' * 78]
-    return '\n'.join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -419,7 +232,8 @@ def main(args: argparse.Namespace) -> int:
                  notes=[note for note in [getattr(simulation, 'plugin_note', None)] if note]))
     work_dir = args.work_dir or tempfile.mkdtemp(prefix='ddp_guard_check_')
     os.makedirs(work_dir, exist_ok=True)
-    history = [dict(iter=it.iteration, unused_per_rank=[list(ids) for ids in it.unused_per_rank])
+    history = [dict(iter=it.iteration,
+                    unused_per_rank=[list(ids) for ids in it.unused_per_rank])
                for it in simulation.iterations]
     paths = write_summary(work_dir, 'unused_params', summary, table, history, plot=False)
     png = args.png or (osp.join(work_dir, 'ddp_prediction.png')

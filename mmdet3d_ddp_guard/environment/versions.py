@@ -67,7 +67,7 @@ def _without_the_guard(frameworks: Optional[Collection[str]]) -> str:
     mmcv1 = ('remove mmdet3d_ddp_guard from custom_imports and set '
              'find_unused_parameters = True in your config instead')
     mmengine = (f'remove mmdet3d_ddp_guard from custom_imports and `{MMENGINE_LINES.guard}` '
-                "(or the mmdet3d_ddp_guard::_base_/ddp_guard.py base) from your config, and "
+                "(or the _base_ file that holds it) from your config, and "
                 'set find_unused_parameters = True in it instead')
     if MMENGINE not in frameworks:
         return mmcv1

@@ -13,10 +13,11 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from .decision_policy import COMPLETE, STATIC_GRAPH, STRICT, DecisionPolicy
+from .decision_policy import DecisionPolicy, Mode
 from .errors import static_graph_changed_error, unused_parameters_error
 from .unused_counts_comm_hook import UnusedCountsState, allreduce_with_unused_counts
-from .usage_record import IterationUsage, ParamUsageRecord
+from .iteration_usage import IterationUsage
+from .usage_record import ParamUsageRecord
 
 
 class UnusedCompletion:
@@ -45,7 +46,7 @@ class UnusedCompletion:
         # (this rank's unused ids, whether some were unreached) while the completion runs.
         self._completing: Optional[Tuple[Tuple[int, ...], bool]] = None
         self._static_graph_unused = None
-        if policy.decision.mode in (COMPLETE, STRICT):
+        if policy.decision.mode in (Mode.COMPLETE, Mode.STRICT):
             self._counts = UnusedCountsState(ddp.process_group, self._local_payload,
                                              policy.lines.wrapper)
             # DDP's own method: a wrapper may refuse user comm hooks in its override.
@@ -87,7 +88,7 @@ class UnusedCompletion:
         unreached = record.local_unreached() if reduces and local_unused else ()
         iteration = self.current_iteration()
         self.iterations_ended += 1
-        if self.policy.decision.mode == STATIC_GRAPH and reduces:
+        if self.policy.decision.mode == Mode.STATIC_GRAPH and reduces:
             self._check_static_graph(local_unused, iteration)
         if self._counts is None or not reduces:
             # No counts in this backward: exchanged later (modes 'find_unused' and
@@ -117,7 +118,7 @@ class UnusedCompletion:
         for _, ids in record.open_iterations:
             unused_in_window.intersection_update(ids)
         record.end_local_iteration(iteration, local_unused, bool(unreached))
-        if self.policy.decision.mode == COMPLETE and unused_in_window:
+        if self.policy.decision.mode == Mode.COMPLETE and unused_in_window:
             self._release_unused_everywhere(sorted(unused_in_window), counts)
         record.expect_counts(counts)
         return completed
@@ -147,7 +148,7 @@ class UnusedCompletion:
     def _observe(self, usage: IterationUsage, changed: bool) -> None:
         """Every resolved iteration, in order: the strict stop, then the policy."""
         record = self.record
-        if self.policy.decision.mode == STRICT and usage.ranks_left_unreached:
+        if self.policy.decision.mode == Mode.STRICT and usage.ranks_left_unreached:
             raise unused_parameters_error(record.table, dict(enumerate(usage.per_rank_unused)),
                                           usage.iteration, self.policy.decision.source,
                                           self.policy.lines)

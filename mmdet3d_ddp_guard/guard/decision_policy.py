@@ -6,6 +6,7 @@ iteration to say, in one block, what it saw and what that means for this model.
 """
 import textwrap
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import List, Optional, Tuple, Union
 
 import torch
@@ -13,41 +14,71 @@ import torch
 from ..messages.config_lines import MMCV1_LINES, MMENGINE_LINES, ConfigLines
 from ..messages.ddp_outcome import FAILS, UNDEFINED_GRADIENTS_ONLY, outcome_line
 from .param_table import ParamTable
-from .usage_record import IterationUsage, UsageStatistics
+from .iteration_usage import IterationUsage, UsageStatistics
 from ..environment.versions import graph_search_accumulates_right
 
 AUTO = 'auto'
 
-#: Our own way: DDP's fast path, plus completion of the reduction for parameters that
-#: autograd did not reach (see GuardedDDP's docstring).
-COMPLETE = 'complete'
-#: DDP's graph search, ``find_unused_parameters=True``.
-FIND_UNUSED = 'find_unused'
-#: DDP's ``static_graph=True``.
-STATIC_GRAPH = 'static_graph'
-#: DDP's fast path, ``find_unused_parameters=False``, and a clear error instead of DDP's.
-STRICT = 'strict'
+
+class Mode(str, Enum):
+    """How GuardedDDP treats unused parameters (a :class:`Decision`'s ``mode``).
+
+    A member is its value, a plain string, everywhere text is made of it: it compares and
+    hashes as the string, and ``str``, formatting, ``repr`` and ``json.dumps`` give exactly
+    the string's (the three methods below: Enum's own write ``Mode.COMPLETE``, and its
+    formatting changed in Python 3.12), so that logs, messages and JSON files read the same
+    as when modes were strings.
+    """
+    #: Our own way: DDP's fast path, plus completion of the reduction for parameters that
+    #: autograd did not reach (see GuardedDDP's docstring).
+    COMPLETE = 'complete'
+    #: DDP's graph search, ``find_unused_parameters=True``.
+    FIND_UNUSED = 'find_unused'
+    #: DDP's ``static_graph=True``.
+    STATIC_GRAPH = 'static_graph'
+    #: DDP's fast path, ``find_unused_parameters=False``, and a clear error instead of DDP's.
+    STRICT = 'strict'
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(self, spec)
+
+    def __repr__(self) -> str:
+        return str.__repr__(self)
+
+
+# The modes under their names before :class:`Mode` (tests and user code import them).
+COMPLETE = Mode.COMPLETE
+FIND_UNUSED = Mode.FIND_UNUSED
+STATIC_GRAPH = Mode.STATIC_GRAPH
+STRICT = Mode.STRICT
 
 MODE_EXPLANATIONS = {
-    COMPLETE: ("DDP's fast path (find_unused_parameters=False). DDP's last bucket "
-               'all-reduce carries, per parameter, the number of ranks that did not use it: '
-               'a rank that used everything adds a zero tensor kept on the device, with no '
-               'host sync and no collective of ours. A rank that did not reach some '
-               "parameters gives them a zero gradient through one extra small backward, "
-               "which fires DDP's own hooks so their buckets are reduced, and gives the ones "
-               'no rank used grad None, as under find_unused_parameters=True. The per-rank '
-               'detail is read after the optimizer step; one all_gather of a byte per '
-               'parameter follows only in iterations where ranks disagree.'),
-    FIND_UNUSED: ('DDP walks the autograd graph from the forward outputs every iteration '
-                  'and all-reduces a per-parameter used map.'),
-    STATIC_GRAPH: ('DDP records the used parameters in the first iteration and expects '
-                   'exactly that set in every later iteration; the guard stops the run '
-                   'with a clear error the iteration the set changes.'),
-    STRICT: ("DDP's fast path with no safety net, at the cost of 'auto' when nothing is "
-             'unused. If a rank leaves parameters unreached, its buckets are completed so '
-             'that no rank hangs, and every rank stops before the next forward with the same '
-             'clear error (which ranks, names, shapes, modules, the config line that fixes '
-             'it).'),
+    Mode.COMPLETE: (
+        "DDP's fast path (find_unused_parameters=False). DDP's last bucket "
+        'all-reduce carries, per parameter, the number of ranks that did not use it: '
+        'a rank that used everything adds a zero tensor kept on the device, with no '
+        'host sync and no collective of ours. A rank that did not reach some '
+        "parameters gives them a zero gradient through one extra small backward, "
+        "which fires DDP's own hooks so their buckets are reduced, and gives the ones "
+        'no rank used grad None, as under find_unused_parameters=True. The per-rank '
+        'detail is read after the optimizer step; one all_gather of a byte per '
+        'parameter follows only in iterations where ranks disagree.'),
+    Mode.FIND_UNUSED: (
+        'DDP walks the autograd graph from the forward outputs every iteration '
+        'and all-reduces a per-parameter used map.'),
+    Mode.STATIC_GRAPH: (
+        'DDP records the used parameters in the first iteration and expects '
+        'exactly that set in every later iteration; the guard stops the run '
+        'with a clear error the iteration the set changes.'),
+    Mode.STRICT: (
+        "DDP's fast path with no safety net, at the cost of 'auto' when nothing is "
+        'unused. If a rank leaves parameters unreached, its buckets are completed so '
+        'that no rank hangs, and every rank stops before the next forward with the same '
+        'clear error (which ranks, names, shapes, modules, the config line that fixes '
+        'it).'),
 }
 
 _SENTINEL = object()
@@ -111,8 +142,8 @@ class Decision:
     """What the guard does about unused parameters, why, and on what evidence.
 
     Attributes:
-        mode (str): One of ``'complete'``, ``'find_unused'``, ``'static_graph'``,
-            ``'strict'`` (see ``MODE_EXPLANATIONS``).
+        mode (Mode): ``'complete'``, ``'find_unused'``, ``'static_graph'`` or ``'strict'``
+            (see ``MODE_EXPLANATIONS``).
         requested: What the user asked for (``'auto'``, True or False).
         source (str): Where the request came from.
         reason (str): Why this mode, in a sentence.
@@ -122,7 +153,7 @@ class Decision:
         warning (bool): The decision overrides what the user wrote, so it is logged as a
             warning.
     """
-    mode: str
+    mode: Mode
     requested: Union[str, bool]
     source: str
     reason: str
@@ -190,12 +221,12 @@ def initial_decision(requested, source: str, static_graph: bool, lines: ConfigLi
                      accumulative_counts: int = 1,
                      torch_version: Optional[str] = None) -> Decision:
     if static_graph:
-        return Decision(STATIC_GRAPH, requested, source + ' + static_graph=True',
+        return Decision(Mode.STATIC_GRAPH, requested, source + ' + static_graph=True',
                         'static_graph=True was written; it is honoured.', lines)
     torch_version = torch_version or torch.__version__
     if requested is True and accumulative_counts > 1 \
             and not graph_search_accumulates_right(torch_version):
-        return Decision(COMPLETE, requested, source,
+        return Decision(Mode.COMPLETE, requested, source,
                         ACCUMULATION_BUG.format(counts=accumulative_counts,
                                                 torch_version=torch_version),
                         lines, warning=True)
@@ -213,13 +244,13 @@ def initial_decision(requested, source: str, static_graph: bool, lines: ConfigLi
                    "find_unused_parameters='auto'.")
         else:
             how = "Remove it (or write 'auto') to let GuardedDDP choose."
-        return Decision(FIND_UNUSED, requested, source,
+        return Decision(Mode.FIND_UNUSED, requested, source,
                         f'find_unused_parameters=True was written; it is honoured. {how}',
                         lines)
     if requested is False:
-        return Decision(STRICT, requested, source,
+        return Decision(Mode.STRICT, requested, source,
                         'find_unused_parameters=False was written; it is honoured.', lines)
-    return Decision(COMPLETE, requested, source,
+    return Decision(Mode.COMPLETE, requested, source,
                     'nothing observed yet. Completion costs next to nothing while every '
                     'parameter is used and keeps the run alive if some go unused later '
                     '(a rare empty batch); the graph search would be paid every iteration, '
@@ -298,7 +329,7 @@ class DecisionPolicy:
                 'rank_dependent': 'ranks disagree on which parameters are unused in the same '
                                   f'iteration: {fails}',
             }[situation]
-        if previous.mode == COMPLETE:
+        if previous.mode == Mode.COMPLETE:
             return consequence + ' Completion keeps training correct; mode unchanged.'
         return consequence + f' The requested mode {previous.mode!r} is kept.'
 

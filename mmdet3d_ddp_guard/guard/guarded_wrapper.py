@@ -1,22 +1,28 @@
-"""What both adapters' guarded DDP wrappers are once DDP is built, framework-free.
+"""What both adapters' guarded DDP wrappers share, framework-free: the one construction
+sequence, the per-step sequence, and copies.
 
 :class:`GuardedWrapper` goes first in the bases of a DDP subclass (MMEngine's
-``GuardedDDP``, mmcv 1.x's ``GuardedMMDistributedDataParallel``): the wrapper decides what
-the user asked for and builds the usage record before DDP (its framework's way), then calls
-:meth:`GuardedWrapper.guard` with what it decided.
+``GuardedDDP``, mmcv 1.x's ``GuardedMMDistributedDataParallel``). An adapter's ``__init__``
+reads what the user asked for its framework's way (the config, the Runner, the script's
+arguments) into a :class:`DecisionPolicy`, then calls :meth:`GuardedWrapper.build_guarded`,
+which builds the record, DDP and the guard in the one order that works on every torch.
 """
 import contextlib
+import logging
 import weakref
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from .completion import UnusedCompletion
 from ..environment.cpu_ddp import leave_gloo_cleanly_at_exit
-from .decision_policy import Decision, DecisionPolicy
-from ..stall_guard import RankPosition, watch_ranks
+from ..environment.ddp_compat import set_static_graph, static_graph_arguments
+from ..messages.config_lines import ConfigLines
+from ..stall_guard import Phase, RankPosition, watch_ranks
+from .completion import UnusedCompletion
+from .decision_policy import Decision, DecisionPolicy, Mode
+from .forward_collectives import forward_collectives_warning
 from .unused_counts_comm_hook import UnusedCountsState
 from .usage_record import ParamUsageRecord
 
@@ -30,10 +36,12 @@ class GuardedWrapper:
     wrapper run it (MMEngine's optim wrapper), or :meth:`settle_after_backward` at its end
     where it does not (mmcv 1.x, from :class:`~.step_backwards.StepBackwards`).
 
-    A subclass names itself and the way to DDP's graph search in ``comm_hook_refusal``
-    (``(wrapper, fix)``, the words of the error a user's own comm hook gets while the counts
-    ride the gradient all-reduce), and gives its framework's iteration number and loggers
-    (:meth:`iteration_of`, :meth:`log_revision`, :meth:`log_stall`).
+    **The adapter interface.** A subclass gives its framework's words (``lines``: the config
+    lines its messages name), names itself and the way to DDP's graph search in
+    ``comm_hook_refusal`` (``(wrapper, fix)``, the words of the error a user's own comm hook
+    gets while the counts ride the gradient all-reduce), its framework's iteration number
+    (:meth:`iteration_of`, which reads its runner), its logger (:meth:`log`), and its own
+    per-wrapper attributes (:meth:`_adapter_state`, :meth:`_init_adapter_state`).
 
     **Copies.** ``copy.deepcopy`` and pickling (``torch.save`` of the whole wrapper) work as
     on DDP, whose ``__getstate__`` drops the process group and reducer and whose
@@ -45,41 +53,70 @@ class GuardedWrapper:
     a copied DDP, trains.
     """
 
+    lines: ConfigLines
     comm_hook_refusal = ('mmdet3d_ddp_guard', 'use find_unused_parameters=True')
-    #: What :meth:`guard` adds to DDP's state: this wrapper's training, never a copy's.
+    #: What :meth:`_guard` adds to DDP's state: this wrapper's training, never a copy's.
     _guard_state = ('usage_record', 'completion', 'stall_position', 'stall_watchdog',
                     '_reported')
 
-    def guard(self, module: nn.Module, usage_record: ParamUsageRecord, policy: DecisionPolicy,
-              stall_timeout: Optional[float]) -> None:
-        """After DDP's ``__init__``: the completion on this wrapper's reducer, gloo's clean
-        exit, and the stall guard's position and watchdog (None when it is off)."""
+    def build_guarded(self, module: nn.Module, policy: DecisionPolicy, static_graph: bool,
+                      stall_timeout: Optional[float], ddp_arguments: Dict) -> None:
+        """The construction sequence of both adapters, in the order that works on every
+        torch: the warning about collectives in the forward (before DDP's own checks, which
+        refuse torch's SyncBatchNorm on the CPU), the usage record (before DDP builds its
+        reducer: on the node path, torch < 2.1 and 2.1.2, the record's hooks must be added
+        to the AccumulateGrad nodes ahead of DDP's, see accumulate_grad_hooks), the
+        framework's DDP (the next class after this one in the subclass's bases) with the
+        graph search only in mode ``find_unused``, the static graph, the guard, and the
+        decision logged."""
+        collectives_warning = forward_collectives_warning(module, self.lines.wrapper)
+        if collectives_warning:
+            self.log(collectives_warning, logging.WARNING)
+        usage_record = ParamUsageRecord(module, ddp_arguments.get('process_group'))
+        graph_search = policy.decision.mode == Mode.FIND_UNUSED
+        super().__init__(module, find_unused_parameters=graph_search,
+                         **static_graph_arguments(static_graph), **ddp_arguments)
+        set_static_graph(self, static_graph)
+        self._guard(module, usage_record, policy, stall_timeout)
+        self.log(policy.decision.format(),
+                 logging.WARNING if policy.decision.warning else logging.INFO)
+
+    def _guard(self, module: nn.Module, usage_record: ParamUsageRecord, policy: DecisionPolicy,
+               stall_timeout: Optional[float]) -> None:
+        """After DDP's ``__init__`` (or ``__setstate__``): the completion on this wrapper's
+        reducer, gloo's clean exit, the stall guard's position and watchdog (None when it is
+        off), and the adapter's own state."""
         self.policy = policy
         self.usage_record = usage_record
         # Weakly: the counts' comm hook lives in DDP's C++ reducer, where a reference back to
-        # this wrapper would keep it alive for ever (the loggers are static for the same
-        # reason: the watchdog's thread holds them).
-        this = weakref.ref(self)
+        # this wrapper would keep it alive for ever; the loggers are the class's (static) for
+        # the same reason: the watchdog's thread holds them.
+        this, log = weakref.ref(self), type(self).log
         self.completion = UnusedCompletion(self, usage_record, policy,
                                            lambda count: this().iteration_of(count),
-                                           self.log_revision)
+                                           lambda message: log(message, logging.INFO))
         if dist.get_backend(self.process_group) == 'gloo':
             leave_gloo_cleanly_at_exit()
         self.stall_position = RankPosition(module)
-        self.stall_watchdog = watch_ranks(self.stall_position, stall_timeout, self.log_stall,
-                                          self.process_group)
+        self.stall_watchdog = watch_ranks(
+            self.stall_position, stall_timeout,
+            lambda message, is_error: log(message,
+                                          logging.ERROR if is_error else logging.WARNING),
+            self.process_group)
         if self.stall_watchdog is not None:
             self.completion.watch_buckets(self.stall_position.collectives.record_bucket)
         self._reported: Optional[BaseException] = None
+        self._init_adapter_state()
 
     @contextlib.contextmanager
-    def guarded_step(self, then: Optional[str] = None):
-        """One training step: the previous iteration's per-rank detail resolved, this
-        iteration's position and record started; ``then``, the phase after a step that
+    def guarded_step(self, then: Optional[Phase] = None):
+        """One training step: the previous iteration's per-rank detail resolved (where no
+        hook resolves it, see ``ParamUsageRecord.resolved_by_hook``), this iteration's
+        position and record started; ``then``, the phase after a step that
         returned; an error that leaves the step told to the stall guard first."""
         with self._reporting():
-            # The previous iteration's per-rank detail, unless a hook has read it already.
-            self.usage_record.resolve()
+            if not self.usage_record.resolved_by_hook:
+                self.usage_record.resolve()  # the previous step's per-rank detail
             self.stall_position.start_forward(self.completion.current_iteration())
             self.usage_record.start_iteration()
             yield
@@ -89,7 +126,7 @@ class GuardedWrapper:
     def backward_then_settle(self, backward: Callable[[], None], reduces: bool) -> None:
         """Runs ``backward()`` and settles its unused parameters before the optimizer step;
         ``reduces`` is False inside ``no_sync`` (accumulation)."""
-        self.stall_position.enter('backward')
+        self.stall_position.enter(Phase.BACKWARD)
         with self._reporting():
             backward()
         self.settle_after_backward(reduces)
@@ -99,10 +136,10 @@ class GuardedWrapper:
         was one DDP reduces), before the optimizer step; returns the parameters completed
         with zeros."""
         position = self.stall_position
-        position.enter('settling')
+        position.enter(Phase.SETTLING)
         with self._reporting():
             completed = self.completion.settle(reduces)
-        position.enter('optimizer step')
+        position.enter(Phase.OPTIMIZER_STEP)
         return completed
 
     @contextlib.contextmanager
@@ -123,13 +160,9 @@ class GuardedWrapper:
         raise NotImplementedError
 
     @staticmethod
-    def log_revision(message: str) -> None:
-        """Logs a revision of the decision, in the framework's logger."""
-        raise NotImplementedError
-
-    @staticmethod
-    def log_stall(message: str, is_error: bool) -> None:
-        """Logs the stall guard's words, errors on every rank's console."""
+    def log(message: str, level: int) -> None:
+        """Logs in the framework's logger at ``level`` (``logging.ERROR`` reaches every
+        rank's console: the stall guard's verdicts)."""
         raise NotImplementedError
 
     def __getstate__(self):
@@ -147,15 +180,14 @@ class GuardedWrapper:
         # Before DDP's reducer, as in the adapters' __init__ (see accumulate_grad_hooks).
         usage_record = ParamUsageRecord(module)
         super().__setstate__(state)
-        self.guard(module, usage_record, self.policy, stall_timeout=None)
-        self._init_adapter_state()
+        self._guard(module, usage_record, self.policy, stall_timeout=None)
 
     def _adapter_state(self) -> Tuple[str, ...]:
         """The adapter's own per-wrapper attributes, left out of a copy."""
         return ()
 
     def _init_adapter_state(self) -> None:
-        """Sets them anew, in a copy."""
+        """Sets them anew: at construction, and in a copy."""
 
     @property
     def decision(self) -> Decision:

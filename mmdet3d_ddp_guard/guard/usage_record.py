@@ -13,133 +13,15 @@ An iteration is one runner iteration: one forward and one backward. With gradien
 accumulation (``accumulative_counts > 1``) each micro-step is its own iteration, as in
 MMEngine's own iteration counter and log lines.
 """
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
 from .accumulate_grad_hooks import register_grad_accumulated_hook
+from .iteration_usage import IterationUsage, UsageStatistics
 from .param_table import ParamTable
-
-
-@dataclass(frozen=True)
-class IterationUsage:
-    """Which parameters went unused in one iteration.
-
-    Attributes:
-        iteration (int): The runner iteration (0-based, as ``runner.iter``).
-        rank (int): The rank this record lives on.
-        local_unused (tuple[int]): Ids (see :class:`ParamTable`) unused on this rank.
-        per_rank_unused (tuple[tuple[int]]): Unused ids of every rank, indexed by rank; a
-            single process is one rank.
-        ranks_left_unreached (int): How many ranks left parameters unreached in this
-            iteration's backward, which is what makes plain DDP fail; 0 in a micro-step that
-            reduces nothing (``no_sync``). Undefined gradients do not count here: DDP's fast
-            path reduces them as zeros without failing.
-    """
-    iteration: int
-    rank: int
-    local_unused: Tuple[int, ...]
-    per_rank_unused: Tuple[Tuple[int, ...], ...]
-    ranks_left_unreached: int = 0
-
-    # Cached: the wrapper, the policy, the statistics and the hook all ask, every iteration.
-    @cached_property
-    def unused_on_all_ranks(self) -> FrozenSet[int]:
-        sets = [set(ids) for ids in self.per_rank_unused]
-        return frozenset(set.intersection(*sets))
-
-    @cached_property
-    def unused_on_any_rank(self) -> FrozenSet[int]:
-        return frozenset().union(*self.per_rank_unused)
-
-    def ranks_of(self, index: int) -> List[int]:
-        return [rank for rank, ids in enumerate(self.per_rank_unused) if index in ids]
-
-    @cached_property
-    def ranks_differ(self) -> bool:
-        return len(set(self.per_rank_unused)) > 1
-
-
-class UsageStatistics:
-    """Counts accumulated over the run, checkpointed with the run (see ``state_dict``).
-
-    Args:
-        num_params (int): Length of the :class:`ParamTable`.
-    """
-
-    def __init__(self, num_params: int):
-        self.num_params = num_params
-        self.iterations_seen = 0
-        self.unused_iterations = [0] * num_params
-        self.ranks_unused: List[set] = [set() for _ in range(num_params)]
-        self.first_unused_iteration: Optional[int] = None
-        #: Where plain DDP would first fail: unused parameters that are only undefined
-        #: gradients do not make it fail.
-        self.first_unreached_iteration: Optional[int] = None
-        self.iterations_with_unused = 0
-        self.iterations_ranks_differ = 0
-        self.set_changes = 0
-        self._previous: Optional[Tuple[Tuple[int, ...], ...]] = None
-
-    def update(self, usage: IterationUsage) -> bool:
-        """Adds one iteration; returns whether its unused sets differ from the previous one."""
-        self.iterations_seen += 1
-        for index in usage.unused_on_any_rank:
-            self.unused_iterations[index] += 1
-            self.ranks_unused[index].update(usage.ranks_of(index))
-        if usage.unused_on_any_rank:
-            self.iterations_with_unused += 1
-            if self.first_unused_iteration is None:
-                self.first_unused_iteration = usage.iteration
-        if usage.ranks_left_unreached and self.first_unreached_iteration is None:
-            self.first_unreached_iteration = usage.iteration
-        if usage.ranks_differ:
-            self.iterations_ranks_differ += 1
-        changed = self._previous is not None and usage.per_rank_unused != self._previous
-        self.set_changes += changed
-        self._previous = usage.per_rank_unused
-        return changed
-
-    @property
-    def ever_unused(self) -> List[int]:
-        return [i for i, count in enumerate(self.unused_iterations) if count]
-
-    def state_dict(self) -> Dict:
-        return dict(
-            num_params=self.num_params,
-            iterations_seen=self.iterations_seen,
-            unused_iterations=list(self.unused_iterations),
-            ranks_unused=[sorted(r) for r in self.ranks_unused],
-            first_unused_iteration=self.first_unused_iteration,
-            first_unreached_iteration=self.first_unreached_iteration,
-            iterations_with_unused=self.iterations_with_unused,
-            iterations_ranks_differ=self.iterations_ranks_differ,
-            set_changes=self.set_changes,
-            previous=None if self._previous is None else [list(r) for r in self._previous])
-
-    def load_state_dict(self, state: Dict) -> None:
-        if state['num_params'] != self.num_params:
-            raise ValueError(
-                f'UsageStatistics: the checkpoint counts {state["num_params"]} trainable '
-                f'parameters but this model has {self.num_params}; resume with the same '
-                'model, or drop the hook state from the checkpoint (meta["unused_params"]).')
-        self.iterations_seen = state['iterations_seen']
-        self.unused_iterations = list(state['unused_iterations'])
-        self.ranks_unused = [set(r) for r in state['ranks_unused']]
-        self.first_unused_iteration = state['first_unused_iteration']
-        # Checkpoints written before this field existed counted every unused parameter as
-        # failing.
-        self.first_unreached_iteration = state.get('first_unreached_iteration',
-                                                   state['first_unused_iteration'])
-        self.iterations_with_unused = state['iterations_with_unused']
-        self.iterations_ranks_differ = state['iterations_ranks_differ']
-        self.set_changes = state['set_changes']
-        previous = state['previous']
-        self._previous = None if previous is None else tuple(tuple(r) for r in previous)
 
 
 class ParamUsageRecord:
@@ -196,6 +78,11 @@ class ParamUsageRecord:
         self.max_open = max_open
         #: Set by GuardedDDP when counts on DDP's last bucket resolve the open iterations.
         self.resolved_by_counts = False
+        #: Who calls :meth:`resolve` once per step, after the optimizer step: the guarded
+        #: wrapper at the start of the next step, unless a report hook borrows the record and
+        #: resolves in its ``after_train_iter`` (set by the hook), so that its log line and
+        #: file hold the iteration just trained. One of the two, never both.
+        self.resolved_by_hook = False
         self._reached: set = set()
         self._undefined: set = set()
         # (iteration, local unused ids, whether this rank left some of them unreached)
@@ -263,7 +150,9 @@ class ParamUsageRecord:
         return [(iteration, ids) for iteration, ids, _ in self._open]
 
     def add_listener(self, listener: Callable[[IterationUsage, bool], None]) -> None:
-        """``listener(usage, changed)`` is called for every resolved iteration, in order."""
+        """``listener(usage, changed)`` is called for every resolved iteration, in order;
+        every listener sees every iteration, and the first error a listener raised is
+        raised once all have (and every resolved iteration has been delivered)."""
         self._listeners.append(listener)
 
     def end_local_iteration(self, iteration: int,
@@ -355,12 +244,20 @@ class ParamUsageRecord:
             raise RuntimeError(f'ParamUsageRecord: {len(per_rank_of_open)} resolved iterations '
                                f'for {len(self._open)} open ones.')
         opened, self._open = self._open, []
+        stop: Optional[BaseException] = None
         for (iteration, local, _), per_rank, unreached in zip(opened, per_rank_of_open,
                                                               ranks_left_unreached):
             self.last = IterationUsage(iteration, self.rank, local, tuple(per_rank), unreached)
             changed = self.statistics.update(self.last)
             for listener in self._listeners:
-                listener(self.last, changed)
+                # A listener that stops the run (the strict stop) must not keep the others
+                # from seeing the iteration: the hook's file then holds the one that stopped it.
+                try:
+                    listener(self.last, changed)
+                except Exception as error:  # noqa: B902 - re-raised below, the first one
+                    stop = stop or error
+        if stop is not None:
+            raise stop
 
     def remove(self) -> None:
         """Detaches the autograd hooks (the record keeps what it has seen)."""

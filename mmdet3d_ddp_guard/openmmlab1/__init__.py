@@ -2,9 +2,11 @@
 
 Importing it (``custom_imports = dict(imports=['mmdet3d_ddp_guard'])``) guards every
 ``mmcv.parallel.MMDistributedDataParallel`` built afterwards
-(:class:`GuardedMMDistributedDataParallel`), registers :class:`UnusedParamsHook` in mmcv's
-``HOOKS``, and lets ``launcher='pytorch'`` train on a machine without CUDA
-(:mod:`.cpu_launch`).
+(:class:`GuardedMMDistributedDataParallel`), registers :class:`UnusedParamsHook` and
+``StallPhaseHook`` in mmcv's ``HOOKS``, makes ``BaseRunner.load_checkpoint`` keep the loaded
+checkpoint's meta for the hook, and, without CUDA, lets ``launcher='pytorch'`` train
+(:mod:`.cpu_launch`). :mod:`.import_changes` lists every such change, with its reason, and
+makes the patches.
 """
 import mmcv
 
@@ -13,11 +15,10 @@ from ..environment.versions import check_mmcv_full
 # Before the modules below, so that an unsupported mmcv-full gets this message, not theirs.
 check_mmcv_full(mmcv.__version__)
 
-from .cpu_launch import allow_cpu_training  # noqa: E402
-from .guarded_mmcv_ddp import GuardedMMDistributedDataParallel, guard_mmcv_ddp  # noqa: E402
+from . import import_changes  # noqa: E402
+from .guarded_mmcv_ddp import GuardedMMDistributedDataParallel  # noqa: E402
 from .unused_params_hook import UnusedParamsHook  # noqa: E402
 
-guard_mmcv_ddp()
-allow_cpu_training()
+import_changes.apply()
 
 __all__ = ['GuardedMMDistributedDataParallel', 'UnusedParamsHook']

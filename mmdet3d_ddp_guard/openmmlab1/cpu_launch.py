@@ -3,9 +3,9 @@ CUDA (the tests, CI, a laptop): steps of the launch path that refuse the CPU, no
 model.
 
 - ``mmcv.runner.init_dist`` calls ``torch.cuda.set_device`` before it creates the process
-  group. :func:`allow_cpu_training` (called when this package is imported, by
-  ``custom_imports`` while the config is read, before ``init_dist``) makes it create a gloo
-  group instead when there is no CUDA.
+  group. :func:`allow_cpu_training` (called by :mod:`.import_changes` when this package is
+  imported without CUDA, by ``custom_imports`` while the config is read, before
+  ``init_dist``) makes it create a gloo group instead.
 - mmdet 2.x's ``build_ddp`` asserts that the device is ``'cuda'``, ``'mlu'`` or ``'npu'``;
   without CUDA (``cfg.device = get_device()`` is ``'cpu'``) it is let through to the same
   ``MMDistributedDataParallel`` on the CPU module; and its samplers' ``sync_random_seed``
@@ -82,6 +82,8 @@ def unwrap_for_one_device(obj):
 
 
 def allow_cpu_training() -> None:
+    """Makes the three steps above take the CPU, where CUDA is not available (each once:
+    a wrapped function is marked ``ddp_guard_cpu_aware``)."""
     if torch.cuda.is_available():
         return
     _allow_cpu_init_dist()

@@ -8,7 +8,6 @@ read. So the class itself is guarded, in place: :func:`guard_mmcv_ddp` gives it 
 ``__new__`` that builds a :class:`GuardedMMDistributedDataParallel` instead, whatever name
 the caller holds it by. Subclasses of it that a codebase defines are left alone.
 """
-import logging
 import sys
 import weakref
 from typing import List, Optional
@@ -19,15 +18,13 @@ from mmcv.runner import BaseRunner, OptimizerHook
 from mmcv.utils import Config, print_log
 
 from ..messages.config_lines import MMCV1_LINES
-from ..environment.ddp_compat import set_static_graph, static_graph_arguments
-from ..guard.decision_policy import (CONFIG_TOP_LEVEL, FIND_UNUSED, DecisionPolicy, not_given,
-                                    resolve_request)
-from ..guard.forward_collectives import forward_collectives_warning
+from ..guard.decision_policy import CONFIG_TOP_LEVEL, DecisionPolicy, not_given, resolve_request
 from ..guard.guarded_wrapper import GuardedWrapper
-from ..stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
+from ..stall_guard import DEFAULT_STALL_TIMEOUT, Phase, check_stall_timeout
 from ..guard.step_backwards import StepBackwards
-from ..guard.usage_record import ParamUsageRecord
 from .stall_phase_hook import StallPhaseHook
+from .step_errors import (BACKWARD_RAISED, LATE_BACKWARD, OWN_BACKWARD_IN_TRAIN_STEP,
+                          PARTIAL_BACKWARD)
 from .cpu_launch import CPUCompatibleMMDistributedDataParallel, ddp_arguments
 
 #: The config's own options for the guard: ``ddp_guard = dict(stall_timeout=300)``;
@@ -118,6 +115,7 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
             (torch's ``DistributedDataParallel`` arguments).
     """
 
+    lines = MMCV1_LINES
     comm_hook_refusal = (MMCV1_LINES.wrapper,
                          f'write {MMCV1_LINES.mode(True)} (DDP graph search) in the config')
 
@@ -129,17 +127,7 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
         requested, source = resolve_config_request(script_value, cfg)
         stall_timeout = guard_options(cfg).get('stall_timeout', DEFAULT_STALL_TIMEOUT)
         policy = DecisionPolicy(requested, source, static_graph, MMCV1_LINES)
-        collectives_warning = forward_collectives_warning(module, MMCV1_LINES.wrapper)
-        if collectives_warning:
-            print_log(collectives_warning, logger='mmcv', level=logging.WARNING)
-        usage_record = ParamUsageRecord(module, arguments.get('process_group'))
-        super().__init__(module, find_unused_parameters=policy.decision.mode == FIND_UNUSED,
-                         **static_graph_arguments(static_graph), **arguments)
-        set_static_graph(self, static_graph)
-        self.guard(module, usage_record, policy, stall_timeout)
-        self._init_adapter_state()
-        print_log(policy.decision.format(), logger='mmcv',
-                  level=logging.WARNING if policy.decision.warning else logging.INFO)
+        self.build_guarded(module, policy, static_graph, stall_timeout, arguments)
 
     def _adapter_state(self):
         return ('_runner', '_in_module_step', 'step_backwards')
@@ -175,7 +163,7 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
         return outputs
 
     def _backward_started(self) -> None:
-        self.stall_position.enter('backward')
+        self.stall_position.enter(Phase.BACKWARD)
 
     def _backward_ended(self, reduces: bool) -> List[torch.Tensor]:
         if self._in_module_step:
@@ -207,66 +195,23 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
         return own_count if runner is None else runner.iter
 
     @staticmethod
-    def log_revision(message: str) -> None:
-        print_log(message, logger='mmcv')
-
-    @staticmethod
-    def log_stall(message: str, is_error: bool) -> None:
-        print_log(message, logger='mmcv', level=logging.ERROR if is_error else logging.WARNING)
+    def log(message: str, level: int) -> None:
+        print_log(message, logger='mmcv', level=level)
 
     def _current_runner(self) -> Optional[BaseRunner]:
         """The runner whose ``train_step`` calls reach this wrapper, while it lives."""
         return self._runner() if self._runner is not None else None
 
 
-OWN_BACKWARD_IN_TRAIN_STEP = (
-    'mmdet3d_ddp_guard: {model}.train_step ran a backward itself. mmcv\'s '
-    'MMDistributedDataParallel prepares DDP\'s reducer only after the model\'s train_step '
-    'returns, so that backward meets the previous step\'s preparation: plain mmcv DDP '
-    'raises within three steps ("initialize_buckets must NOT be called during autograd '
-    'execution", or "Expected to mark a variable ready only once" with '
-    'find_unused_parameters = True), and no mode can reduce it right. Fix: return the loss '
-    "from train_step (dict(loss=..., log_vars=..., num_samples=...)) and let the config's "
-    'optimizer hook back-propagate it (optimizer_config = dict(grad_clip=None) is mmcv\'s '
-    'OptimizerHook).')
-
-
-LATE_BACKWARD = (
-    'mmdet3d_ddp_guard: a second backward in one training step reached {param}, whose '
-    'gradient the guard had already completed with zeros at the end of the step\'s earlier '
-    'backward, where DDP reduced it. Its new gradient cannot be reduced any more, and each '
-    'rank would step with its own: training stops here, before the optimizer step. The '
-    'earlier backward ({hook}) did not go through the loss that train_step returned, and '
-    'the graph of that loss does not reach {param} (it is inside a checkpointed block, or '
-    'the loss does not include it), so nothing told the guard to wait. Fix: back-propagate '
-    'the sum of the losses once ((loss_a + loss_b).backward() gives the same gradients), '
-    'or return from train_step a loss whose graph includes every loss the hook '
-    'back-propagates.')
-
-BACKWARD_RAISED = (
-    'mmdet3d_ddp_guard: the previous step\'s backward raised after reaching parameters '
-    'that DDP had been prepared to reduce, and the step was skipped. DDP\'s reducer still '
-    'holds them as ready and cannot start a new step (plain mmcv DDP stops here too, with '
-    '"Expected to have finished reduction in the prior iteration"); other ranks may wait '
-    'for buckets this rank never launched. Fix: skip a step before its backward, on every '
-    'rank alike (check the loss for NaN or inf in {hook}, and all-reduce that decision), '
-    'not by catching an error raised inside the backward.')
-
-PARTIAL_BACKWARD = (
-    'mmdet3d_ddp_guard: the previous step\'s backwards ({hook}) did not go through the '
-    'loss that train_step returned, and left parameters without a gradient that this loss '
-    'reaches: DDP waited for them (mmcv\'s DDP with find_unused_parameters = True as '
-    'well), and the optimizer stepped before their buckets were reduced. Fix: '
-    'back-propagate the returned loss (or every part of it), or return from train_step the '
-    'loss the hook back-propagates.')
-
-
-def guard_mmcv_ddp() -> None:
+def guard_mmcv_ddp() -> bool:
     """Makes ``mmcv.parallel.MMDistributedDataParallel(...)`` build the guarded wrapper:
     the class is changed in place, so the name that training modules imported at their
-    top, and mmdet's ``ddp_factory``, build it too. Idempotent."""
-    if getattr(MMDistributedDataParallel, 'ddp_guard_installed', False):
-        return
+    top, and mmdet's ``ddp_factory``, build it too. Called by :mod:`.import_changes`;
+    returns whether it changed the class (not when changed already). The mark is on the
+    new ``__new__`` itself, so that ``__new__`` is the class's only changed attribute."""
+    if getattr(MMDistributedDataParallel.__dict__.get('__new__'), 'ddp_guard_installed',
+               False):
+        return False
 
     def __new__(cls, *args, **kwargs):
         # Unpickling and deepcopy call __new__ with no arguments: a copy keeps its class.
@@ -277,8 +222,9 @@ def guard_mmcv_ddp() -> None:
                 cls = CPUCompatibleMMDistributedDataParallel
         return object.__new__(cls)
 
+    __new__.ddp_guard_installed = True
     MMDistributedDataParallel.__new__ = __new__
-    MMDistributedDataParallel.ddp_guard_installed = True
+    return True
 
 
 def resolve_config_request(script_value, cfg):

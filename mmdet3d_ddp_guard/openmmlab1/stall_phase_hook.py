@@ -1,6 +1,9 @@
+"""mmcv 1.x's runner, told to the stall guard: its checkpoint writes and the end of its run."""
 import functools
 
 from mmcv.runner import HOOKS, Hook
+
+from ..stall_guard import Phase
 
 
 @HOOKS.register_module()
@@ -36,7 +39,7 @@ class StallPhaseHook(Hook):
         @functools.wraps(save_checkpoint)
         def save_checkpoint_in_its_phase(*args, **kwargs):
             phase = position.phase
-            position.enter('checkpoint')
+            position.enter(Phase.CHECKPOINT)
             try:
                 return save_checkpoint(*args, **kwargs)
             finally:

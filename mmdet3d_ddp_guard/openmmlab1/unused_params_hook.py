@@ -6,8 +6,9 @@ from mmcv.runner import (HOOKS, BaseRunner, CheckpointHook, Hook, IterBasedRunne
                          OptimizerHook, get_dist_info)
 
 from ..messages.config_lines import MMCV1_LINES
-from ..guard.usage_record import IterationUsage
-from ..reporting.usage_report import CHECKPOINT_KEY, ReportOptions
+from ..guard.iteration_usage import IterationUsage
+from ..reporting.report_options import ReportOptions
+from ..reporting.usage_report import CHECKPOINT_KEY
 from .guarded_mmcv_ddp import GuardedMMDistributedDataParallel
 
 #: The runner attribute that keeps the ``meta`` of the checkpoint it loaded last.
@@ -159,12 +160,15 @@ class UnusedParamsHook(ReportOptions, Hook):
         self.report.finish()
 
 
-def keep_loaded_checkpoint_meta() -> None:
+def keep_loaded_checkpoint_meta() -> bool:
     """Makes ``BaseRunner.load_checkpoint`` keep the loaded checkpoint's ``meta`` on the
     runner (:data:`LOADED_META`): ``IterBasedRunner.resume`` drops it, and the hook's
-    statistics are in it. Idempotent."""
+    statistics are in it. Called by :mod:`.import_changes` when the package is imported,
+    before any runner resumes (the config's ``custom_imports``, or the train script's
+    import, runs long before ``train_detector`` calls ``runner.resume``); returns whether it
+    wrapped it (not when wrapped already)."""
     if getattr(BaseRunner.load_checkpoint, 'keeps_meta', False):
-        return
+        return False
     load_checkpoint = BaseRunner.load_checkpoint
 
     @functools.wraps(load_checkpoint)
@@ -176,8 +180,4 @@ def keep_loaded_checkpoint_meta() -> None:
 
     keeping_meta.keeps_meta = True
     BaseRunner.load_checkpoint = keeping_meta
-
-
-# At import, before any runner resumes: the config's custom_imports (or the train script's
-# import) loads this module long before train_detector calls runner.resume.
-keep_loaded_checkpoint_meta()
+    return True

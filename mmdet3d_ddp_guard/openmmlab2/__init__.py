@@ -1,10 +1,12 @@
 """The MMEngine adapter (mmdet3d >= 1.1): GuardedDDP, the hooks and the Runner wiring.
 
-Importing it registers :class:`GuardedDDP` in MMEngine's root ``MODEL_WRAPPERS`` and
-:class:`UnusedParamsHook` and :class:`StallPhaseHook` in its root ``HOOKS``, lets MMEngine's
-``launcher='pytorch'`` start on a machine without CUDA (:mod:`.cpu_launch`), and lets torch >= 2.6 load
-MMEngine's own checkpoints (``--resume``, ``load_from``) with ``weights_only=True``
-(:mod:`.checkpoint_safe_globals`).
+Importing it registers :class:`GuardedDDP` (and the CPU baseline ``CPUCompatibleMMDDP``) in
+MMEngine's root ``MODEL_WRAPPERS`` and :class:`UnusedParamsHook` and :class:`StallPhaseHook`
+in its root ``HOOKS``; without CUDA, lets MMEngine's ``launcher='pytorch'`` start
+(:mod:`.cpu_launch`); and on torch >= 2.6 lets MMEngine's checkpoint loading (``--resume``,
+``load_from``) read MMEngine's own checkpoints with ``weights_only=True``
+(:mod:`.checkpoint_safe_globals`). :mod:`.import_changes` lists every such change, with its
+reason, and makes the patches.
 """
 import mmengine
 
@@ -13,12 +15,11 @@ from ..environment.versions import check_mmengine
 # Before the modules below, so that an unsupported MMEngine gets this message, not theirs.
 check_mmengine(mmengine.__version__)
 
-from .checkpoint_safe_globals import allow_mmengine_checkpoint_globals  # noqa: E402
-from .cpu_launch import CPUCompatibleMMDDP, allow_cpu_init_dist  # noqa: E402
+from . import import_changes  # noqa: E402
+from .cpu_launch import CPUCompatibleMMDDP  # noqa: E402
 from .guarded_ddp import GuardedDDP  # noqa: E402
 from .hooks import StallPhaseHook, UnusedParamsHook  # noqa: E402
 
-allow_cpu_init_dist()
-allow_mmengine_checkpoint_globals()
+import_changes.apply()
 
 __all__ = ['GuardedDDP', 'UnusedParamsHook', 'StallPhaseHook', 'CPUCompatibleMMDDP']

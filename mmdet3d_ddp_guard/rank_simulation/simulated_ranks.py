@@ -24,7 +24,8 @@ from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 import torch.nn as nn
 
 from ..guard.forward_collectives import ForwardCollectiveCounter
-from ..guard.usage_record import IterationUsage, ParamUsageRecord
+from ..guard.iteration_usage import IterationUsage
+from ..guard.usage_record import ParamUsageRecord
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import os.path as osp
 from collections import deque
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from ..guard.usage_record import IterationUsage, UsageStatistics
+from ..guard.iteration_usage import IterationUsage, UsageStatistics
 
 #: The most bytes of lines kept in memory while the file cannot be written.
 MAX_PENDING_BYTES = 64 * 2**20

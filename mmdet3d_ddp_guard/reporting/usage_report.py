@@ -2,95 +2,25 @@
 
 Both hooks (MMEngine's in :mod:`mmdet3d_ddp_guard.openmmlab2.hooks.unused_params_hook`,
 mmcv 1.x's in :mod:`mmdet3d_ddp_guard.openmmlab1.unused_params_hook`) compose one
-:class:`UsageReport`; they only find the record, call it at their runner's hook points and
-carry ``unused_params`` to their log line and the statistics to their checkpoints. Files,
-messages and the checkpoint state are therefore the same under both frameworks, and
+:class:`UsageReport` (set up by :class:`~.report_options.ReportOptions`, their shared base);
+they only find the record, call it at their runner's hook points and carry ``unused_params``
+to their log line and the statistics to their checkpoints. Files, messages and the checkpoint
+state are therefore the same under both frameworks, and
 ``python -m mmdet3d_ddp_guard summarize WORK_DIR`` reads either run.
 """
 import os
 import textwrap
 from typing import Dict, List, Optional
 
-from torch.nn.parallel import DistributedDataParallel
-
 from ..messages.config_lines import MMENGINE_LINES, ConfigLines
 from ..guard.errors import unused_parameters_error
-from ..guard.usage_record import IterationUsage, ParamUsageRecord
+from ..guard.iteration_usage import IterationUsage
+from ..guard.usage_record import ParamUsageRecord
 from .usage_history import HistoryFile, history_path, read_history, table_path, write_table
 from .usage_summary import summary_dict, summary_text, write_summary
 
 #: The checkpoint's ``meta`` key of the statistics (``UsageStatistics.state_dict``).
 CHECKPOINT_KEY = 'unused_params'
-#: The hook's options, named in its errors.
-OPTIONS = ('interval', 'out_dir', 'max_modules_in_log', 'plot', 'file_prefix')
-
-
-class ReportOptions:
-    """The options both ``UnusedParamsHook`` classes take (their docstrings explain them),
-    checked, and what a hook holds before its run starts: the usage record and the
-    :class:`UsageReport`, set in ``before_run``."""
-
-    def __init__(self,
-                 interval: int = 50,
-                 out_dir: Optional[str] = None,
-                 max_modules_in_log: int = 12,
-                 plot: bool = True,
-                 file_prefix: str = 'unused_params',
-                 **unknown):
-        if unknown:
-            raise TypeError(
-                f'UnusedParamsHook: unknown option(s) {sorted(unknown)}; the options are '
-                f'{", ".join(OPTIONS)}.')
-        for name, value in (('interval', interval),
-                            ('max_modules_in_log', max_modules_in_log)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f'UnusedParamsHook: {name} must be a positive integer, not '
-                                 f'{value!r}; e.g. {name}=50.')
-        self.interval = interval
-        self.out_dir = out_dir
-        self.max_modules_in_log = max_modules_in_log
-        self.plot = plot
-        self.file_prefix = file_prefix
-        self.record: Optional[ParamUsageRecord] = None
-        self.report: Optional['UsageReport'] = None
-
-    def start_report(self, model, module, guarded: bool, work_dir: str, logger,
-                     main_process: bool, listener,
-                     lines: ConfigLines = MMENGINE_LINES) -> None:
-        """What both hooks' ``before_run`` do: the record (the guarded wrapper's own, one
-        set of autograd hooks; else one of the hook's own on ``module``), the report, its
-        summary as the stall guard's exit callback, and ``listener`` on the record.
-
-        Args:
-            model: The runner's model (a wrapper, or the module itself).
-            module (nn.Module): The model inside the wrapper.
-            guarded (bool): Whether ``model`` is this framework's guarded wrapper.
-            work_dir (str): Where the files go unless ``out_dir`` was given.
-            logger: The runner's logger.
-            main_process (bool): Whether this process writes the files.
-            listener (callable): ``listener(usage, changed)`` for every resolved iteration.
-            lines (ConfigLines): See :class:`UsageReport`.
-        """
-        self.record = model.usage_record if guarded else ParamUsageRecord(module)
-        self.out_dir = self.out_dir or work_dir
-        self.report = UsageReport(
-            self.record, self.out_dir, logger, self.file_prefix, self.interval,
-            self.max_modules_in_log, self.plot, main_process=main_process,
-            drives_record=not guarded,
-            stops_unreached=not guarded and plain_ddp_fast_path(model),
-            lines=lines)
-        if guarded and model.stall_watchdog is not None:
-            # A stall that ends the run leaves through os._exit: no after_train / after_run.
-            model.stall_watchdog.add_exit_callback(self.report.write_summary)
-        self.record.add_listener(listener)
-
-
-def plain_ddp_fast_path(model) -> bool:
-    """Whether ``model`` is torch's DDP (or a subclass) on its fast path, where an unreached
-    parameter dooms the run and a gather across ranks would hang behind DDP's unfinished
-    all-reduce."""
-    return (isinstance(model, DistributedDataParallel) and not model.find_unused_parameters
-            and not getattr(model, 'static_graph', False))
 
 
 class UsageReport:
@@ -113,7 +43,7 @@ class UsageReport:
             iterations (no GuardedDDP did). Defaults to False.
         stops_unreached (bool): Stop with :class:`UnusedParametersError` when this rank
             left parameters unreached (the hook's own record under plain DDP's fast path,
-            see :func:`plain_ddp_fast_path`). Defaults to False.
+            see :func:`~.report_options.plain_ddp_fast_path`). Defaults to False.
         lines (ConfigLines): The framework's words, for the summary's recommended line
             and the stop's fix. Defaults to MMEngine's.
     """

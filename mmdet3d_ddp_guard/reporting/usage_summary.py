@@ -9,7 +9,7 @@ from ..messages.ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_
 from ..messages.config_lines import MMENGINE_LINES
 from ..guard.decision_policy import recommended_setting
 from ..guard.param_table import format_rows, owner_of
-from ..guard.usage_record import UsageStatistics
+from ..guard.iteration_usage import UsageStatistics
 
 
 def summary_dict(table, statistics: UsageStatistics, world_size: int,

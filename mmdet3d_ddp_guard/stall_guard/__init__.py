@@ -7,6 +7,7 @@ Framework-free (torch and the standard library): the adapters (MMEngine's
 (:func:`watch_ranks`), move the position and log.
 """
 from .collective_log import CollectiveLog
+from .phases import Phase
 from .rank_position import RankPosition
 from .stall_diagnosis import Diagnosis, diagnose
 from .guard_start import NONBLOCKING_ENV, check_stall_timeout, collectives_block, watch_ranks
@@ -16,6 +17,6 @@ from .store_protocol import KEY_PREFIX
 #: Seconds without movement before a rank publishes its position (GuardedDDP's default).
 DEFAULT_STALL_TIMEOUT = 180.0
 
-__all__ = ['CollectiveLog', 'RankPosition', 'Diagnosis', 'diagnose', 'StallWatchdog',
+__all__ = ['CollectiveLog', 'Phase', 'RankPosition', 'Diagnosis', 'diagnose', 'StallWatchdog',
            'KEY_PREFIX', 'NONBLOCKING_ENV', 'DEFAULT_STALL_TIMEOUT', 'check_stall_timeout',
            'collectives_block', 'watch_ranks']

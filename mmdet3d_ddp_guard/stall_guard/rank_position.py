@@ -19,9 +19,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from .collective_log import CollectiveLog, short_path
-
-#: Phases whose wait is DDP's gradient all-reduce (a rank stalled there waits in it).
-GRADIENT_PHASES = ('backward', 'settling')
+from .phases import Phase
 
 _TORCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(dist.__file__)))
 _COLLECTIVE_FILES = (os.path.join(_TORCH_DIR, 'distributed') + os.sep,
@@ -40,10 +38,10 @@ _stepping: Optional['weakref.ref'] = None
 class RankPosition:
     """This rank's iteration, phase and collectives, for the stall watchdog.
 
-    The phases: 'starting' (built, not stepped yet), 'data' (loading the next batch and the
-    hooks before an iteration), 'forward', 'backward', 'settling' (the completion of unused
-    parameters), 'optimizer step', 'hooks' (the rest of the iteration), 'validation',
-    'checkpoint'.
+    The phases (:class:`~.phases.Phase`): 'starting' (built, not stepped yet), 'data'
+    (loading the next batch and the hooks before an iteration), 'forward', 'backward',
+    'settling' (the completion of unused parameters), 'optimizer step', 'hooks' (the rest of
+    the iteration), 'validation', 'checkpoint'.
 
     Args:
         model (nn.Module): The wrapped model, whose submodules name the collectives' issuers.
@@ -52,7 +50,7 @@ class RankPosition:
     def __init__(self, model: nn.Module):
         self.moves = 0
         self.iteration = -1
-        self.phase = 'starting'
+        self.phase = Phase.STARTING
         self.error: Optional[str] = None
         self.collectives = CollectiveLog(model)
         self._thread_id = threading.get_ident()  # the training thread builds the wrapper
@@ -64,10 +62,10 @@ class RankPosition:
         self.iteration = iteration
         self.collectives.start_iteration(iteration)
         self.error = None  # an error that the training loop caught and went on after
-        self.phase = 'forward'
+        self.phase = Phase.FORWARD
         self.moves += 1
 
-    def enter(self, phase: str) -> None:
+    def enter(self, phase: Phase) -> None:
         self.phase = phase
         self.moves += 1
 
@@ -94,8 +92,9 @@ class RankPosition:
     def snapshot(self) -> dict:
         """What the other ranks need to judge where this rank is (JSON-ready): ``groups``
         holds this rank's collectives per process group, ``call`` the collective the
-        training thread's stack is in (None outside one)."""
-        return dict(iteration=self.iteration, phase=self.phase, error=self.error,
+        training thread's stack is in (None outside one). The phase is its plain string,
+        as every rank reads it back from the store."""
+        return dict(iteration=self.iteration, phase=str(self.phase), error=self.error,
                     call=self._collective_on_stack(), groups=self.collectives.snapshot(),
                     moves=self.moves, pid=os.getpid())
 

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import List
 
+from .phases import Phase
 from .store_protocol import Verdict
 
 EXIT_CODE = 1
@@ -55,7 +56,7 @@ def end_run(watchdog, verdict: Verdict) -> None:
 def _writes_checkpoint(watchdog, ranks: List[int]) -> bool:
     """Whether this rank, or one of ``ranks`` (which were writing one at the judgement),
     still writes a checkpoint."""
-    if watchdog.position.phase == 'checkpoint':
+    if watchdog.position.phase == Phase.CHECKPOINT:
         return True
     for rank in ranks:
         if rank == watchdog.rank:
@@ -64,7 +65,7 @@ def _writes_checkpoint(watchdog, ranks: List[int]) -> bool:
             position = watchdog.store.position(rank)
         except Exception:  # noqa: B902 - the writer's store host went: nothing to wait for
             return False
-        if position is not None and position['phase'] == 'checkpoint':
+        if position is not None and position['phase'] == Phase.CHECKPOINT:
             return True
     return False
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 from .collective_log import KEPT_PER_GROUP, OTHER_THREAD, WORLD, describe, ordinal
-from .rank_position import GRADIENT_PHASES
+from .phases import GRADIENT_PHASES, Phase
 
 NOT_ANSWERING = ('does not answer (still moving, gone, or stuck where its watchdog cannot '
                  'run)')
@@ -76,7 +76,7 @@ def _waits(ranks: Sequence[int]) -> str:
 
 
 def _where(position: dict) -> str:
-    if position['phase'] == 'data':
+    if position['phase'] == Phase.DATA:
         return f"data for iteration {position['iteration'] + 1}"
     return f"iteration {position['iteration']}, {position['phase']}"
 

@@ -34,6 +34,7 @@ import time
 import weakref
 from typing import Callable, Dict, List, Optional, Set
 
+from .phases import Phase
 from .rank_position import RankPosition
 from .recording_functions import deactivate
 from .stall_diagnosis import diagnose
@@ -236,7 +237,7 @@ class StallWatchdog:
         diagnosis = diagnose(positions, self.timeout, self.blocking)
         return Verdict(round_number, changes, diagnosis.stop, diagnosis.text,
                        checkpoint=sorted(rank for rank, p in positions.items()
-                                         if p is not None and p['phase'] == 'checkpoint'))
+                                         if p is not None and p['phase'] == Phase.CHECKPOINT))
 
     def _end_run(self, verdict: Verdict) -> None:
         self._ending = True

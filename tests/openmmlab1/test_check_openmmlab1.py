@@ -25,12 +25,13 @@ import sys
 import pytest
 
 from mmdet3d_ddp_guard.__main__ import main
-from mmdet3d_ddp_guard.cli.check import (MMCV1, MMENGINE, config_file_keys, config_framework,
-                                         framework_of_config, import_line, load_config,
-                                         written_for)
+from mmdet3d_ddp_guard.cli.check import load_config
+from mmdet3d_ddp_guard.rank_simulation.check_report import import_line
+from mmdet3d_ddp_guard.rank_simulation.config_framework import (
+    config_file_keys, config_framework, framework_of_config, written_for)
 from demo.launch import free_port, kill_process_tree
 from mmdet3d_ddp_guard.messages.config_lines import MMCV1_LINES
-from mmdet3d_ddp_guard.environment.frameworks import installed_frameworks
+from mmdet3d_ddp_guard.environment.frameworks import MMCV1, MMENGINE, installed_frameworks
 from tests.openmmlab1.tiny_coco import make_tiny_coco
 from tests.timeouts import scaled
 
@@ -257,8 +258,8 @@ def test_the_plugins_own_build_dataloader_is_found_and_called_as_the_codebases_c
     from mmcv import Config
 
     from mmdet3d_ddp_guard.rank_simulation.simulated_ranks import SimulationError
-    from mmdet3d_ddp_guard.rank_simulation.mmcv1_ranks import (codebase_build_dataloader,
-                                                              codebase_loader_args)
+    from mmdet3d_ddp_guard.rank_simulation.mmcv1_loaders import (codebase_build_dataloader,
+                                                                codebase_loader_args)
     build = codebase_build_dataloader(PLUGIN)
     assert build.__module__ == f'{PLUGIN}.datasets.builder'
     # No plugin, or a plugin package without datasets: mmdet's builder.
@@ -355,8 +356,8 @@ def test_a_builder_gets_only_the_arguments_its_signature_names():
     from mmdet.datasets import build_dataloader as mmdet_2_28
 
     from mmdet3d_ddp_guard.rank_simulation.simulated_ranks import SimulationError
-    from mmdet3d_ddp_guard.rank_simulation.mmcv1_ranks import (codebase_loader_args,
-                                                              loader_args, taken_args)
+    from mmdet3d_ddp_guard.rank_simulation.mmcv1_loaders import (codebase_loader_args,
+                                                                loader_args, taken_args)
     from tests.openmmlab1.projects.mmdet_2_14_builder import build_dataloader as mmdet_2_14
     cfg = load_config(SAMPLERS_CONFIG, MMCV1)
     common = dict(samples_per_gpu=1, workers_per_gpu=0, seed=0, shuffle=False)

@@ -3,8 +3,8 @@ reads the core's, for both frameworks; these need mmcv-full 1.x to import): a us
 neither ``model_wrapper_cfg`` nor GuardedDDP, so a fix naming them does nothing."""
 import pytest
 
-from mmdet3d_ddp_guard.openmmlab1.guarded_mmcv_ddp import (BACKWARD_RAISED, LATE_BACKWARD,
-                                                           PARTIAL_BACKWARD)
+from mmdet3d_ddp_guard.openmmlab1.step_errors import (BACKWARD_RAISED, LATE_BACKWARD,
+                                                      PARTIAL_BACKWARD)
 
 PARAM = 'roi_head.refiner.0.weight'
 HOOK = 'GradientCumulativeOptimizerHook'

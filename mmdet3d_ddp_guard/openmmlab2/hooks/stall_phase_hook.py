@@ -1,5 +1,8 @@
+"""The MMEngine Runner's phases between training steps, told to GuardedDDP's stall guard."""
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
+
+from ...stall_guard import Phase
 
 
 @HOOKS.register_module()
@@ -21,7 +24,7 @@ class StallPhaseHook(Hook):
     def _position(runner):
         return getattr(runner.model, 'stall_position', None)
 
-    def _enter(self, runner, phase: str) -> None:
+    def _enter(self, runner, phase: Phase) -> None:
         position = self._position(runner)
         if position is not None:
             position.enter(phase)
@@ -32,28 +35,28 @@ class StallPhaseHook(Hook):
             position.move()
 
     def before_train_epoch(self, runner) -> None:
-        self._enter(runner, 'data')
+        self._enter(runner, Phase.DATA)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        self._enter(runner, 'data')
+        self._enter(runner, Phase.DATA)
 
     def before_val(self, runner) -> None:
-        self._enter(runner, 'validation')
+        self._enter(runner, Phase.VALIDATION)
 
     def after_val_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         self._move(runner)
 
     def after_val(self, runner) -> None:
-        self._enter(runner, 'hooks')
+        self._enter(runner, Phase.HOOKS)
 
     def before_test(self, runner) -> None:
-        self._enter(runner, 'validation')
+        self._enter(runner, Phase.VALIDATION)
 
     def after_test_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         self._move(runner)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        self._enter(runner, 'checkpoint')
+        self._enter(runner, Phase.CHECKPOINT)
 
     def after_run(self, runner) -> None:
         watchdog = getattr(runner.model, 'stall_watchdog', None)

@@ -10,9 +10,10 @@ from mmengine.registry import HOOKS
 from torch.nn.parallel import DistributedDataParallel
 
 from ...guard.decision_policy import ACCUMULATION_BUG_UNGUARDED, configured_accumulation
-from ...guard.usage_record import IterationUsage
+from ...guard.iteration_usage import IterationUsage
 from ...environment.versions import graph_search_accumulates_right
-from ...reporting.usage_report import CHECKPOINT_KEY, ReportOptions
+from ...reporting.report_options import ReportOptions
+from ...reporting.usage_report import CHECKPOINT_KEY
 from ..guarded_ddp import GuardedDDP
 
 

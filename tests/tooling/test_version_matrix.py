@@ -9,7 +9,7 @@ import time
 
 from tests import ci_budget
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # openmmlab1 runs first, with --ci-first, and is never left out (the suite gives way).
 CI_LEGS = ['torch1.9', 'torch1.12', 'torch2.14', 'torch1.13', 'torch2.1']
 

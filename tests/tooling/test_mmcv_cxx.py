@@ -11,7 +11,7 @@ import pytest
 
 from tests.timeouts import scaled
 
-WRAPPER = Path(__file__).resolve().parents[1] / 'tools' / 'mmcv_cxx.sh'
+WRAPPER = Path(__file__).resolve().parents[2] / 'tools' / 'mmcv_cxx.sh'
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(tool) for tool in ('c++', 'flock', 'readelf')),

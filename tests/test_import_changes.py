@@ -1,0 +1,89 @@
+"""Importing the package changes only what the README lists (its section "What importing it
+changes"), and what each adapter's ``import_changes`` module lists: compared in a fresh
+process, before and after ``import mmdet3d_ddp_guard`` (tests/import_changes_probe.py), on
+the stack that is installed (MMEngine, or mmcv-full 1.x alone in the openmmlab1 leg).
+Nothing is registered in a models' or datasets' registry."""
+import json
+import os.path as osp
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.timeouts import scaled
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+README = osp.join(ROOT, 'README.md')
+SECTION = 'What importing it changes'
+
+#: The registries' own names (MMEngine's and mmcv 1.x's) that nothing may be added to.
+UNTOUCHED_REGISTRIES = ('model', 'dataset')
+
+
+def listed_in_readme(path: str = README) -> list:
+    """The dotted names that start the bullets of the README's section :data:`SECTION`:
+    ``- `mmengine.dist.utils._init_dist_pytorch`: ...`` (one or more, in backticks)."""
+    with open(path) as f:
+        text = f.read()
+    match = re.search(rf'^## {re.escape(SECTION)}\s*$(.*?)(?=^## |\Z)', text, re.M | re.S)
+    assert match, f'README.md has no section "## {SECTION}"'
+    names = []
+    for bullet in re.findall(r'^\s*[-*]\s+((?:`[\w.]+`[\s,/]*(?:and\s+)?)+)', match.group(1),
+                             re.M):
+        names += re.findall(r'`([\w.]+)`', bullet)
+    assert names, f'the README\'s section "{SECTION}" has no bullet that names an object'
+    return names
+
+
+def probe(listed: list) -> dict:
+    """tests/import_changes_probe.py's findings, in a fresh process of this Python."""
+    run = subprocess.run(
+        [sys.executable, '-m', 'tests.import_changes_probe', '--listed',
+         json.dumps(dict(readme=listed))],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+        timeout=scaled(300))
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def unlisted(changes: list, label: str) -> list:
+    return [f"{change['name']} ({change['kind']}{': ' if change['detail'] else ''}"
+            f"{change['detail']})" for change in changes if not change['covered_by'][label]]
+
+
+def registered_in_models_or_datasets(changes: list) -> list:
+    return [f"{change['name']} ({change['detail']})" for change in changes
+            if change['registry'] in UNTOUCHED_REGISTRIES]
+
+
+@pytest.fixture(scope='module')
+def findings():
+    return probe(listed_in_readme())
+
+
+@pytest.mark.timeout(600)
+def test_importing_changes_only_what_the_readme_lists(findings):
+    changes = findings['changes']
+    # Read the stack's own names in the failure, to update the README's section.
+    assert unlisted(changes, 'readme') == [], (
+        f'importing mmdet3d_ddp_guard ({findings["frameworks"]}) changes what README.md\'s '
+        f'"{SECTION}" does not list; all changes: {[change["name"] for change in changes]}')
+    assert unlisted(changes, 'import_changes') == []
+    assert registered_in_models_or_datasets(changes) == []
+
+
+@pytest.mark.timeout(600)
+def test_a_change_that_is_not_listed_is_named(findings):
+    """The same comparison, with changes the package does not make applied after the
+    import: each is found, by its name, and no list covers it."""
+    extra, found = findings['extra_patches'], findings['changes_with_extra_patches']
+    models = [change for change in found if change['registry'] == 'model']
+    assert len(models) == 1 and models[0]['detail'] == f'model: {extra["registration"]}'
+    expected = {f'{extra["function"]} (replaced)', f'{extra["class_attribute"]} (added)',
+                f'{models[0]["name"]} (registered: model: {extra["registration"]})'}
+    for label in ('readme', 'import_changes'):
+        assert set(unlisted(found, label)) - set(unlisted(findings['changes'], label)) \
+            == expected
+    assert registered_in_models_or_datasets(found) == [
+        f'{models[0]["name"]} (model: {extra["registration"]})']
