@@ -1,4 +1,5 @@
-"""``python -m demo`` (``make demo``), from the repository root. The demo: the same model and config under plain DDP (which dies) and under GuardedDDP.
+"""``python -m demo`` (``make demo``), from the repository root: the same model and config
+under plain DDP (which dies) and under GuardedDDP.
 
 Both runs go through MMDetection3D's own ``tools/train.py`` under torchrun with 2 processes
 (gloo on CPU), exactly as a user launches training; only ``model_wrapper_cfg`` differs. The

@@ -30,6 +30,14 @@ def mmdet3d_train_script() -> str:
     return path
 
 
+def repository_importable(env: Optional[dict] = None) -> dict:
+    """This process's environment with ``env`` on top and :data:`REPO` first on
+    ``PYTHONPATH``: what a torchrun of a script that imports ``demo`` or ``tests`` needs."""
+    env = {**os.environ, **(env or {})}
+    env['PYTHONPATH'] = os.pathsep.join(filter(None, [REPO, env.get('PYTHONPATH')]))
+    return env
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(('127.0.0.1', 0))
@@ -105,10 +113,8 @@ def torchrun_train(config: str, work_dir: str, nproc: int = 2,
         command += ['--cfg-options', *cfg_options]
     start = time.monotonic()
     deadline = None if timeout is None else start + timeout
-    env = {**os.environ, **(env or {})}
-    env['PYTHONPATH'] = os.pathsep.join(filter(None, [REPO, env.get('PYTHONPATH')]))
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, env=env,
+                               text=True, env=repository_importable(env),
                                start_new_session=True)
     timed_out = stopped = False
     while True:

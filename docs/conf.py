@@ -43,7 +43,8 @@ class CliHelp(SphinxDirective):
     def run(self):
         command = self.arguments[0]
         if command == 'demo' or '.' in command:
-            module = importlib.import_module(command + ('.__main__' if command == 'demo' else ''))
+            module = importlib.import_module(
+                command + ('.__main__' if command == 'demo' else ''))
             prog = f'python -m {command}'
         else:
             module = importlib.import_module(f'mmdet3d_ddp_guard.cli.{command}')

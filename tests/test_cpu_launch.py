@@ -10,7 +10,7 @@ import torch
 
 from mmdet3d_ddp_guard.environment.cpu_ddp import gloo_worker_states
 from mmdet3d_ddp_guard.openmmlab2.cpu_launch import allow_cpu_init_dist
-from demo.launch import free_port
+from demo.launch import free_port, repository_importable
 from mmdet3d_ddp_guard.environment.versions import major_minor
 from tests.dist_utils import run_distributed
 from tests.timeouts import scaled
@@ -65,5 +65,6 @@ def test_gloo_ranks_that_ran_ddp_exit_cleanly(group):
     for _ in range(3):
         run = subprocess.run([sys.executable, '-m', 'torch.distributed.run',
                               '--nproc_per_node=4', f'--master_port={free_port()}', script,
-                              group], capture_output=True, text=True, timeout=scaled(200))
+                              group], capture_output=True, text=True, timeout=scaled(200),
+                             env=repository_importable())
         assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]

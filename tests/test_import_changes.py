@@ -2,7 +2,8 @@
 changes"), and what each adapter's ``import_changes`` module lists: compared in a fresh
 process, before and after ``import mmdet3d_ddp_guard`` (tests/import_changes_probe.py), on
 the stack that is installed (MMEngine, or mmcv-full 1.x alone in the openmmlab1 leg).
-Nothing is registered in a models' or datasets' registry."""
+Nothing is registered in a models' or datasets' registry, and the CPU launch patches are
+made only where CUDA is not available."""
 import json
 import os.path as osp
 import re
@@ -87,3 +88,34 @@ def test_a_change_that_is_not_listed_is_named(findings):
             == expected
     assert registered_in_models_or_datasets(found) == [
         f'{models[0]["name"]} (model: {extra["registration"]})']
+
+
+#: Each adapter's import_changes module, and its patch that only a machine without CUDA gets.
+CPU_ONLY_PATCHES = [('openmmlab2', 'allow_cpu_init_dist'), ('openmmlab1', 'allow_cpu_training')]
+
+
+@pytest.mark.parametrize('adapter, cpu_only', CPU_ONLY_PATCHES)
+@pytest.mark.parametrize('cuda', [True, False], ids=['cuda', 'no_cuda'])
+def test_the_cpu_launch_patch_is_made_only_without_cuda(monkeypatch, adapter, cuda, cpu_only):
+    import mmdet3d_ddp_guard
+    import_changes = sys.modules.get(f'{mmdet3d_ddp_guard.__name__}.{adapter}.import_changes')
+    if import_changes is None:
+        pytest.skip(f'{adapter} is not loaded: its framework is not installed')
+    made = []
+    monkeypatch.setattr(import_changes.torch.cuda, 'is_available', lambda: cuda)
+    monkeypatch.setattr(import_changes, cpu_only, lambda: made.append(cpu_only))
+    patched = _current(import_changes.CHANGED)
+    import_changes.apply()
+    assert made == ([] if cuda else [cpu_only])
+    assert _current(import_changes.CHANGED) == patched  # made at the import, not again
+
+
+def _current(names) -> list:
+    """What each listed name holds now, by identity (a class's own entry, not a bound
+    method, which is new at each lookup)."""
+    from tests.import_changes_probe import resolve
+    held = []
+    for name in names:
+        owner, attr = resolve(name)
+        held.append(id(owner) if attr is None else id(vars(owner).get(attr)))
+    return held

@@ -74,7 +74,8 @@ def test_framework_free_folders_import_torch_and_what_they_may_read(folder):
 @pytest.mark.parametrize('adapter', sorted(ADAPTERS) + sorted(RANK_SIMULATION_ADAPTERS))
 def test_an_adapter_imports_its_framework_and_not_the_other_adapter(adapter):
     if adapter in RANK_SIMULATION_ADAPTERS:
-        imports, adapter = _imports('rank_simulation', {adapter}), RANK_SIMULATION_ADAPTERS[adapter]
+        imports = _imports('rank_simulation', {adapter})
+        adapter = RANK_SIMULATION_ADAPTERS[adapter]
     else:
         imports = _imports(adapter)
     other = next(name for name in ADAPTERS if name != adapter)

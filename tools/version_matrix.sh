@@ -228,11 +228,11 @@ for leg in "${LEGS[@]}"; do
   expect_mmdet3d_0x=
   if [ "$name" = openmmlab1 ]; then tests=("${OPENMMLAB1_TESTS[@]}"); expect_mmdet3d_0x=1; fi
   say "$name: ${#tests[@]} test files and tests"
-  # From a copy of the tests (and the docs some of them check against: README.md's list of
-  # what importing the package changes), so that `import mmdet3d_ddp_guard` finds the
-  # installed package, not the checkout.
+  # From a copy of the tests, the demo's launcher and data writers they use (not installed),
+  # and the docs some of them check against (README.md's list of what importing the package
+  # changes), so that `import mmdet3d_ddp_guard` finds the installed package, not the checkout.
   workdir=$(mktemp -d)
-  cp -r tests docs pytest.ini README.md "$workdir/"
+  cp -r tests demo docs pytest.ini README.md "$workdir/"
   if (cd "$workdir" && DDP_GUARD_EXPECT_INSTALLED=1 \
       DDP_GUARD_EXPECT_MMDET3D_0X=$expect_mmdet3d_0x \
       "$repo/.venvs/$name/bin/python" -m pytest "${tests[@]}" -p no:cacheprovider -q); then

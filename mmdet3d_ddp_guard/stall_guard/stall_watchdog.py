@@ -23,10 +23,8 @@ does it use the c10d store the run already has:
 A rank whose training step raises publishes its error (at most :data:`REPORT_WAIT` seconds,
 on a thread of its own, so that a hung store cannot hold the error back) and the error goes
 on up, with its traceback, as without the guard: torchrun then ends the other ranks, and
-any rank whose watchdog fires first names the error.
-
-Only the first guarded wrapper of a process that is alive has a watchdog: a second one (an
-evaluation model wrapped too) never judges.
+any rank whose watchdog fires first names the error. Only the first guarded wrapper of a
+process that is alive has a watchdog: a second one (an evaluation model wrapped) never judges.
 """
 import json
 import threading
