@@ -14,13 +14,13 @@ import argparse
 import statistics
 import tempfile
 
+import repo_root  # noqa: F401,I100 (tests/ and demo/ importable: not installed)
 import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 from mmengine.runner import Runner
 
 import mmdet3d_ddp_guard  # noqa: F401 (registers GuardedDDP, the hook, the CPU launch fix)
-import repo_root  # noqa: F401,I100 (tests/ and demo/ importable: not installed)
 import tests.toys.bev_net  # noqa: F401 (registers BEVConvNet, its data)
 
 WRAPPERS = {

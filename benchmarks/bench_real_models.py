@@ -14,6 +14,7 @@ import statistics
 import tempfile
 
 import repo_root  # noqa: F401,I100 (tests/ and demo/ importable: not installed)
+
 from demo.launch import torchrun_train
 from demo.make_tiny_data import DEFAULT_ROOT, make_tiny_data
 

@@ -32,13 +32,13 @@ import os
 import statistics
 import time
 
+import repo_root  # noqa: F401,I100 (tests/ and demo/ importable: not installed)
 import torch
 import torch.distributed as dist
 from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import OptimWrapper
 
 from mmdet3d_ddp_guard import GuardedDDP
-import repo_root  # noqa: F401,I100 (tests/ and demo/ importable: not installed)
 from tests.toys import ToyDetector, make_toy_batch
 from tests.toys.bev_net import BEVConvNet, make_bev_batch
 

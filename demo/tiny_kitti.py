@@ -34,7 +34,6 @@ import os.path as osp
 import mmcv
 import mmengine
 import numpy as np
-
 from mmdet3d.structures import Box3DMode, CameraInstance3DBoxes, points_cam2img
 
 CLASSES = ('Pedestrian', 'Cyclist', 'Car', 'Van', 'Truck', 'Person_sitting', 'Tram',

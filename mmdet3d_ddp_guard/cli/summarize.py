@@ -13,8 +13,8 @@ import logging
 import os.path as osp
 import sys
 
-from ..messages.config_lines import LINES
 from ..environment.frameworks import MMCV1, MMENGINE, installed_frameworks
+from ..messages.config_lines import LINES
 from ..reporting.usage_history import (RecordedTable, history_path, missing_iterations,
                                        read_history, replay_statistics, table_path)
 from ..reporting.usage_summary import summary_dict, summary_text, write_summary

@@ -9,7 +9,6 @@ from typing import List, Optional
 
 import torch.distributed as dist
 
-
 GLOO_WORKER_THREAD_NAME = 'pt_gloo_runloop'
 
 

@@ -15,8 +15,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .decision_policy import DecisionPolicy, Mode
 from .errors import static_graph_changed_error, unused_parameters_error
-from .unused_counts_comm_hook import UnusedCountsState, allreduce_with_unused_counts
 from .iteration_usage import IterationUsage
+from .unused_counts_comm_hook import UnusedCountsState, allreduce_with_unused_counts
 from .usage_record import ParamUsageRecord
 
 

@@ -11,11 +11,11 @@ from typing import List, Optional, Tuple, Union
 
 import torch
 
+from ..environment.versions import graph_search_accumulates_right
 from ..messages.config_lines import MMCV1_LINES, MMENGINE_LINES, ConfigLines
 from ..messages.ddp_outcome import FAILS, UNDEFINED_GRADIENTS_ONLY, outcome_line
-from .param_table import ParamTable
 from .iteration_usage import IterationUsage, UsageStatistics
-from ..environment.versions import graph_search_accumulates_right
+from .param_table import ParamTable
 
 AUTO = 'auto'
 

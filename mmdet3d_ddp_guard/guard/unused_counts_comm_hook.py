@@ -53,7 +53,8 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from ..environment.ddp_compat import bucket_buffer, bucket_index, hook_result, is_last_bucket, untraced
+from ..environment.ddp_compat import (bucket_buffer, bucket_index, hook_result, is_last_bucket,
+                                      untraced)
 
 # c10d's own function: the stall guard records the buckets it issues as DDP's, not again as
 # Python-level collectives (it replaces only the ``torch.distributed`` namespace's).

@@ -17,15 +17,15 @@ from mmcv.parallel import MMDistributedDataParallel
 from mmcv.runner import BaseRunner, OptimizerHook
 from mmcv.utils import Config, print_log
 
-from ..messages.config_lines import MMCV1_LINES
 from ..guard.decision_policy import CONFIG_TOP_LEVEL, DecisionPolicy, not_given, resolve_request
 from ..guard.guarded_wrapper import GuardedWrapper
-from ..stall_guard import DEFAULT_STALL_TIMEOUT, Phase, check_stall_timeout
 from ..guard.step_backwards import StepBackwards
+from ..messages.config_lines import MMCV1_LINES
+from ..stall_guard import DEFAULT_STALL_TIMEOUT, Phase, check_stall_timeout
+from .cpu_launch import CPUCompatibleMMDistributedDataParallel, ddp_arguments
 from .stall_phase_hook import StallPhaseHook
 from .step_errors import (BACKWARD_RAISED, LATE_BACKWARD, OWN_BACKWARD_IN_TRAIN_STEP,
                           PARTIAL_BACKWARD)
-from .cpu_launch import CPUCompatibleMMDistributedDataParallel, ddp_arguments
 
 #: The config's own options for the guard: ``ddp_guard = dict(stall_timeout=300)``;
 #: ``enabled=False`` builds mmcv's own wrapper, unguarded (to compare, or to turn the guard

@@ -5,8 +5,8 @@ from mmcv.parallel import is_module_wrapper
 from mmcv.runner import (HOOKS, BaseRunner, CheckpointHook, Hook, IterBasedRunner, LoggerHook,
                          OptimizerHook, get_dist_info)
 
-from ..messages.config_lines import MMCV1_LINES
 from ..guard.iteration_usage import IterationUsage
+from ..messages.config_lines import MMCV1_LINES
 from ..reporting.report_options import ReportOptions
 from ..reporting.usage_report import CHECKPOINT_KEY
 from .guarded_mmcv_ddp import GuardedMMDistributedDataParallel

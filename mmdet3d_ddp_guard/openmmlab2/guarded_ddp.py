@@ -11,15 +11,14 @@ from mmengine.model.utils import detect_anomalous_params
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 
-from ..messages.config_lines import MMENGINE_LINES
 from ..environment.ddp_compat import untraced
-from ..guard.decision_policy import (DecisionPolicy, Mode, configured_accumulation,
-                                    not_given, resolve_request)
-from ..guard.guarded_wrapper import GuardedWrapper
-from ..stall_guard import DEFAULT_STALL_TIMEOUT, Phase, check_stall_timeout
 from ..environment.versions import graph_search_accumulates_right
+from ..guard.decision_policy import (DecisionPolicy, Mode, configured_accumulation, not_given,
+                                     resolve_request)
+from ..guard.guarded_wrapper import GuardedWrapper
+from ..messages.config_lines import MMENGINE_LINES
+from ..stall_guard import DEFAULT_STALL_TIMEOUT, Phase, check_stall_timeout
 from .cpu_launch import log_dropped_device_ids
-
 
 #: What ``Runner.wrap_model`` passes to MMEngine's own ``MMDistributedDataParallel`` when the
 #: config has no ``model_wrapper_cfg`` (besides ``device_ids`` and the config's

@@ -14,11 +14,10 @@ Rules (torch's DDP, verified in this project's tests and notes):
 import json
 from typing import Dict, List, Optional, Sequence
 
-from ..messages.ddp_outcome import FAILS, HANGS, OK, PLAIN_DDP
 from ..guard.forward_collectives import config_key_of
 from ..guard.param_table import ParamTable
+from ..messages.ddp_outcome import FAILS, HANGS, OK, PLAIN_DDP
 from .simulated_ranks import SimulatedIteration
-
 
 
 def predict(table: ParamTable, iterations: Sequence[SimulatedIteration], world_size: int,

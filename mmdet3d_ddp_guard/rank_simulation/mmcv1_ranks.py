@@ -28,10 +28,10 @@ from mmcv import Config
 from mmcv.runner import OptimizerHook, build_optimizer
 from mmdet.apis import set_random_seed
 
+from ..openmmlab1.cpu_launch import unwrap_for_one_device
 from .mmcv1_loaders import training_loaders
 from .simulated_ranks import (SimulatedIteration, SimulatedRanks, SimulationError,
                               endless_batches, import_codebase_module)
-from ..openmmlab1.cpu_launch import unwrap_for_one_device
 
 #: ``tools/train.py --seed``'s default in BEVFormer, UniAD, StreamPETR and PETR (and
 #: mmdet3d 0.17.1's): ``default=0``, then ``cfg.seed = args.seed`` over the config's ``seed``.

@@ -27,8 +27,8 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DATA_SAMPLERS, DATASETS, MODELS, init_default_scope
 from mmengine.runner import Runner, set_random_seed
 
-from .simulated_ranks import (SimulatedIteration, SimulatedRanks, SimulationError,
-                                    dist_info_of, endless_batches)
+from .simulated_ranks import (SimulatedIteration, SimulatedRanks, SimulationError, dist_info_of,
+                              endless_batches)
 
 
 class RankSimulation(SimulatedRanks):

@@ -9,8 +9,8 @@ from typing import Optional
 
 from torch.nn.parallel import DistributedDataParallel
 
-from ..messages.config_lines import MMENGINE_LINES, ConfigLines
 from ..guard.usage_record import ParamUsageRecord
+from ..messages.config_lines import MMENGINE_LINES, ConfigLines
 from .usage_report import UsageReport
 
 #: The hook's options, named in its errors.

@@ -12,10 +12,10 @@ import os
 import textwrap
 from typing import Dict, List, Optional
 
-from ..messages.config_lines import MMENGINE_LINES, ConfigLines
 from ..guard.errors import unused_parameters_error
 from ..guard.iteration_usage import IterationUsage
 from ..guard.usage_record import ParamUsageRecord
+from ..messages.config_lines import MMENGINE_LINES, ConfigLines
 from .usage_history import HistoryFile, history_path, read_history, table_path, write_table
 from .usage_summary import summary_dict, summary_text, write_summary
 

@@ -5,11 +5,11 @@ import textwrap
 from collections import OrderedDict
 from typing import Dict, List, Optional
 
-from ..messages.ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_line
-from ..messages.config_lines import MMENGINE_LINES
 from ..guard.decision_policy import recommended_setting
-from ..guard.param_table import format_rows, owner_of
 from ..guard.iteration_usage import UsageStatistics
+from ..guard.param_table import format_rows, owner_of
+from ..messages.config_lines import MMENGINE_LINES
+from ..messages.ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_line
 
 
 def summary_dict(table, statistics: UsageStatistics, world_size: int,

@@ -7,10 +7,10 @@ Framework-free (torch and the standard library): the adapters (MMEngine's
 (:func:`watch_ranks`), move the position and log.
 """
 from .collective_log import CollectiveLog
+from .guard_start import NONBLOCKING_ENV, check_stall_timeout, collectives_block, watch_ranks
 from .phases import Phase
 from .rank_position import RankPosition
 from .stall_diagnosis import Diagnosis, diagnose
-from .guard_start import NONBLOCKING_ENV, check_stall_timeout, collectives_block, watch_ranks
 from .stall_watchdog import StallWatchdog
 from .store_protocol import KEY_PREFIX
 

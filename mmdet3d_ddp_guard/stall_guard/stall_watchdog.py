@@ -35,8 +35,8 @@ from typing import Callable, Dict, List, Optional, Set
 from .phases import Phase
 from .rank_position import RankPosition
 from .recording_functions import deactivate
-from .stall_diagnosis import diagnose
 from .run_end import CHECKPOINT_WAIT, end_run
+from .stall_diagnosis import diagnose
 from .store_protocol import StallStore, Verdict
 
 #: The longest wait between two judgements of one stall, in seconds.

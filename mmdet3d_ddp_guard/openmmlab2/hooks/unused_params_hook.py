@@ -9,9 +9,9 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 from torch.nn.parallel import DistributedDataParallel
 
+from ...environment.versions import graph_search_accumulates_right
 from ...guard.decision_policy import ACCUMULATION_BUG_UNGUARDED, configured_accumulation
 from ...guard.iteration_usage import IterationUsage
-from ...environment.versions import graph_search_accumulates_right
 from ...reporting.report_options import ReportOptions
 from ...reporting.usage_report import CHECKPOINT_KEY
 from ..guarded_ddp import GuardedDDP
