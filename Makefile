@@ -4,7 +4,7 @@ PY := .venv/bin/python
 # of the modules a run imports, once, where a machine's environment would forbid it.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test test-one test-openmmlab1 test-matrix venv bench docs clean
+.PHONY: demo test test-quick test-one test-openmmlab1 test-matrix venv bench docs clean
 
 # The demo's driver, model and data writers are in demo/, outside the installed package.
 demo: venv
@@ -20,6 +20,33 @@ test: venv
 	bash tools/version_matrix.sh --ci-first
 	$(PY) -m pytest tests -p no:cacheprovider -q --durations=25
 	bash tools/version_matrix.sh --ci
+
+# The edit loop's tests: the package's unit tests and its fast 1- to 3-rank gloo tests, chosen
+# by measured duration to end in under 5 minutes on a quiet 2-core machine (about 2 min there,
+# 3.5 min at 1.8x, measured 2026-12-03): the usage record, completion in each mode, training
+# bit for bit against DDP's graph search and the DDP contract, the hook, `check`, `summarize`,
+# the stall guard's judgement and watchdog, and three of its 2-rank cases. Not the mmdet3d
+# end-to-end, torchrun, zoo, cost or tooling (tests/tooling/) tests, nor the version matrix:
+# `make test` runs everything, these included. Listed here, in one place, rather than marked
+# in each file: a node id can pick a slow file's fast cases, and a name that no longer exists
+# fails the run instead of silently dropping out.
+QUICK_TESTS := \
+	tests/test_usage_record.py tests/test_step_backwards.py tests/test_enums.py \
+	tests/test_guarded_ddp_options.py tests/test_guarded_ddp_training.py \
+	tests/test_compat_graphs.py tests/test_three_rank_rounding.py tests/test_ddp_contract.py \
+	tests/test_torch_versions.py tests/test_collective_budget.py \
+	tests/test_join_under_the_guard.py tests/test_unused_params_hook.py \
+	tests/test_hook_faults.py tests/test_checkpoint_safe_globals.py \
+	tests/test_outcome_words.py tests/test_fix_lines.py tests/test_check_command.py \
+	tests/test_summarize_command.py tests/test_summary_plot.py tests/test_rank_simulation.py \
+	tests/test_forward_collectives.py tests/test_collective_functions.py \
+	tests/test_stall_diagnosis.py tests/test_stall_watchdog_faults.py \
+	'tests/test_stall_guard.py::test_sync_bn_in_a_branch_some_ranks_skip[2_ranks-nonblocking]' \
+	'tests/test_stall_guard.py::test_a_rank_that_raises_while_the_others_wait[2_ranks]' \
+	'tests/test_stall_guard.py::test_waiting_for_one_slow_rank_is_not_a_hang[slow_rank_syncs-2_ranks-blocking]' \
+	tests/test_layout.py tests/test_python38_syntax.py tests/test_import_changes.py
+test-quick: venv
+	$(PY) -m pytest $(QUICK_TESTS) -p no:cacheprovider -q --durations=10
 
 # One test file or node id on the pinned stack: make test-one T=tests/test_usage_record.py
 test-one: venv

@@ -14,7 +14,7 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS, MODELS
 
-from mmdet3d_ddp_guard.reporting import usage_history
+from mmdet3d_ddp_guard.reporting import history_file
 from mmdet3d_ddp_guard.__main__ import main as cli
 from tests.toys import ToyDetector
 from tests.dist_utils import TRUSTED_LOAD
@@ -193,8 +193,8 @@ def test_appends_stay_whole_lines_through_an_outage_longer_than_the_buffer(
     def line(i):
         return dict(iter=i, epoch=0, unused_per_rank=[[1, 2]])
 
-    monkeypatch.setattr(usage_history, 'MAX_PENDING_BYTES', 3 * len(json.dumps(line(0))) + 3)
-    history = usage_history.HistoryFile(path, logger)
+    monkeypatch.setattr(history_file, 'MAX_PENDING_BYTES', 3 * len(json.dumps(line(0))) + 3)
+    history = history_file.HistoryFile(path, logger)
     assert not any([history.append(line(i)) for i in range(6)])  # no folder: all wait
     folder.mkdir()
     (folder / 'unused_params.jsonl').write_bytes(b'{"iter": 0, "unused_per_rank": [[1')
@@ -202,6 +202,6 @@ def test_appends_stay_whole_lines_through_an_outage_longer_than_the_buffer(
     assert 'iteration(s) (0-3) are missing from' in caplog.text
     assert caplog.text.count('cannot append to') == 1
     # The torn line left by an earlier writer stays alone on its line.
-    lines = usage_history.read_history(path, logger)
+    lines = history_file.read_history(path, logger)
     assert [x['iter'] for x in lines] == [4, 5, 6]
     assert 'skipped garbled line 1 of' in caplog.text

@@ -8,7 +8,7 @@ from mmdet3d_ddp_guard.guard.decision_policy import DecisionPolicy
 from tests.toys import ToyDetector
 from mmdet3d_ddp_guard.guard.param_table import ParamTable
 from mmdet3d_ddp_guard.guard.iteration_usage import IterationUsage, UsageStatistics
-from mmdet3d_ddp_guard.reporting.usage_summary import summary_dict, summary_text
+from mmdet3d_ddp_guard.reporting.summary import summary_dict, summary_text
 
 
 @pytest.mark.parametrize('ranks_left_unreached, outcome, words', [

@@ -2,7 +2,7 @@
 import numpy as np
 from matplotlib.image import imread
 
-from mmdet3d_ddp_guard.reporting.usage_summary import (plot_unused_by_rank,
+from mmdet3d_ddp_guard.reporting.summary import (plot_unused_by_rank,
                                                        unused_by_module_and_rank)
 
 NAMES = ['stem.weight', 'branch.weight', 'branch.bias', 'dead.weight', 'head.weight']

@@ -39,7 +39,7 @@ from ..rank_simulation.check_report import MAX_TABLE_ROWS, import_line, report
 from ..rank_simulation.config_framework import config_file_keys, config_framework, written_for
 from ..rank_simulation.ddp_prediction import plot_prediction, predict, write_json
 from ..rank_simulation.simulated_ranks import SimulationError, import_codebase_module
-from ..reporting.usage_summary import summary_dict, write_summary
+from ..reporting.summary import summary_dict, write_summary
 
 PLAIN_DDP_BREAKS = 1
 BAD_USAGE = 2

@@ -15,9 +15,9 @@ import sys
 
 from ..environment.frameworks import MMCV1, MMENGINE, installed_frameworks
 from ..messages.config_lines import LINES
-from ..reporting.usage_history import (RecordedTable, history_path, missing_iterations,
-                                       read_history, replay_statistics, table_path)
-from ..reporting.usage_summary import summary_dict, summary_text, write_summary
+from ..reporting.history_file import (RecordedTable, history_path, missing_iterations,
+                                      read_history, replay_statistics, table_path)
+from ..reporting.summary import summary_dict, summary_text, write_summary
 
 BAD_USAGE = 2
 

@@ -7,8 +7,8 @@ from mmcv.runner import (HOOKS, BaseRunner, CheckpointHook, Hook, IterBasedRunne
 
 from ..guard.iteration_usage import IterationUsage
 from ..messages.config_lines import MMCV1_LINES
+from ..reporting.report import CHECKPOINT_KEY
 from ..reporting.report_options import ReportOptions
-from ..reporting.usage_report import CHECKPOINT_KEY
 from .guarded_mmcv_ddp import GuardedMMDistributedDataParallel
 
 #: The runner attribute that keeps the ``meta`` of the checkpoint it loaded last.
@@ -22,7 +22,7 @@ class UnusedParamsHook(ReportOptions, Hook):
     ``custom_hooks = [dict(type='UnusedParamsHook', interval=50)]``.
 
     It logs and writes what MMEngine's hook does, through the same
-    :class:`~mmdet3d_ddp_guard.reporting.usage_report.UsageReport` (read
+    :class:`~mmdet3d_ddp_guard.reporting.report.UsageReport` (read
     :class:`mmdet3d_ddp_guard.openmmlab2.hooks.unused_params_hook.UnusedParamsHook` for
     the files and their fault tolerance): the names when the unused set appears or changes
     and every ``interval`` iterations, ``<prefix>_table.json``, ``<prefix>.jsonl``, and

@@ -1,7 +1,7 @@
 """The report ``check`` prints: the usage summary, the prediction, and the lines to add.
 
 What plain DDP would do (:mod:`.ddp_prediction`) and which parameters went unused
-(:mod:`~mmdet3d_ddp_guard.reporting.usage_summary`), followed by what the simulation could not
+(:mod:`~mmdet3d_ddp_guard.reporting.summary`), followed by what the simulation could not
 settle (the seed it used) and the config advice in the words of the config's framework: under
 mmcv 1.x the ``custom_imports`` line (:func:`import_line`), under MMEngine the wrapper's line
 and the optional hook.
@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional, Sequence
 from ..environment.frameworks import MMCV1, MMENGINE
 from ..messages.config_lines import MMCV1_LINES
 from ..messages.ddp_outcome import HANGS
-from ..reporting.usage_summary import summary_text
+from ..reporting.summary import summary_text
 from .ddp_prediction import prediction_text
 
 #: Longer per-iteration tables go to a PNG in the work dir as well.
@@ -65,7 +65,7 @@ def report(summary: dict, prediction: dict, table, framework: str = MMENGINE,
     """The text the command prints: the summary, the prediction and the config advice.
 
     Args:
-        summary (dict): :func:`~mmdet3d_ddp_guard.reporting.usage_summary.summary_dict`'s,
+        summary (dict): :func:`~mmdet3d_ddp_guard.reporting.summary.summary_dict`'s,
             as :func:`~mmdet3d_ddp_guard.cli.check.run_check` returns it.
         prediction (dict): :func:`~.ddp_prediction.predict`'s, as ``run_check`` returns it.
         table (ParamTable): The names of the parameter ids.

@@ -1,4 +1,5 @@
-"""What :class:`UnusedParamsHook` writes and reads back, for both frameworks: the hooks' options
-and start (:mod:`.report_options`), the per-iteration files (:mod:`.usage_report`), the history
-they are read into (:mod:`.usage_history`) and the summary (:mod:`.usage_summary`). Torch and
-the standard library only."""
+"""What :class:`UnusedParamsHook` logs, writes and reads back, for both frameworks: the
+hooks' options and start (:mod:`.report_options`), the log messages, per-iteration lines and
+checkpointed counts (:mod:`.report`), the per-iteration file, written and read back
+(:mod:`.history_file`), and the summary (:mod:`.summary`). Torch and the standard library
+only."""

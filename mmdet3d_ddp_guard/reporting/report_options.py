@@ -2,7 +2,7 @@
 
 :class:`ReportOptions` is the hooks' shared base: the options they take, checked, and
 :meth:`~ReportOptions.start_report`, their ``before_run``: which usage record to read (the
-guarded wrapper's, or one of the hook's own), the :class:`~.usage_report.UsageReport` over it,
+guarded wrapper's, or one of the hook's own), the :class:`~.report.UsageReport` over it,
 and whether that report must stop the run itself (:func:`plain_ddp_fast_path`).
 """
 from typing import Optional
@@ -11,7 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..guard.usage_record import ParamUsageRecord
 from ..messages.config_lines import MMENGINE_LINES, ConfigLines
-from .usage_report import UsageReport
+from .report import UsageReport
 
 #: The hook's options, named in its errors.
 OPTIONS = ('interval', 'out_dir', 'max_modules_in_log', 'plot', 'file_prefix')

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 
 from mmdet3d_ddp_guard.__main__ import main as cli
 from mmdet3d_ddp_guard.openmmlab1 import UnusedParamsHook
-from mmdet3d_ddp_guard.reporting.usage_history import replay_statistics
+from mmdet3d_ddp_guard.reporting.history_file import replay_statistics
 from tests.openmmlab1.branch_detector import REFINER_PARAMS
 from tests.openmmlab1.launch import PLUGIN_CONFIGS, PLUGIN_TRAIN, train
 from tests.timeouts import scaled

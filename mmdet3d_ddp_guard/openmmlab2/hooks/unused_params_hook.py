@@ -1,5 +1,5 @@
 """MMEngine's :class:`UnusedParamsHook`: the adapter of
-:class:`~mmdet3d_ddp_guard.reporting.usage_report.UsageReport` to MMEngine's Runner."""
+:class:`~mmdet3d_ddp_guard.reporting.report.UsageReport` to MMEngine's Runner."""
 from typing import Optional
 
 import torch
@@ -12,8 +12,8 @@ from torch.nn.parallel import DistributedDataParallel
 from ...environment.versions import graph_search_accumulates_right
 from ...guard.decision_policy import ACCUMULATION_BUG_UNGUARDED, configured_accumulation
 from ...guard.iteration_usage import IterationUsage
+from ...reporting.report import CHECKPOINT_KEY
 from ...reporting.report_options import ReportOptions
-from ...reporting.usage_report import CHECKPOINT_KEY
 from ..guarded_ddp import GuardedDDP
 
 
@@ -44,7 +44,7 @@ class UnusedParamsHook(ReportOptions, Hook):
       not restored: a warning, and the counts start fresh. ``load_from`` starts new counts.
 
     The hook never stops training for its files (see
-    :mod:`mmdet3d_ddp_guard.reporting.usage_history`):
+    :mod:`mmdet3d_ddp_guard.reporting.history_file`):
     lines are appended whole, torn or garbled lines left by a crash are dropped with a
     warning, and a write that fails (disk full, out_dir gone) is logged once and retried at
     later iterations; the summary is always logged, and

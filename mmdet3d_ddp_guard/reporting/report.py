@@ -16,8 +16,8 @@ from ..guard.errors import unused_parameters_error
 from ..guard.iteration_usage import IterationUsage
 from ..guard.usage_record import ParamUsageRecord
 from ..messages.config_lines import MMENGINE_LINES, ConfigLines
-from .usage_history import HistoryFile, history_path, read_history, table_path, write_table
-from .usage_summary import summary_dict, summary_text, write_summary
+from .history_file import HistoryFile, history_path, read_history, table_path, write_table
+from .summary import summary_dict, summary_text, write_summary
 
 #: The checkpoint's ``meta`` key of the statistics (``UsageStatistics.state_dict``).
 CHECKPOINT_KEY = 'unused_params'
@@ -184,7 +184,7 @@ class UsageReport:
 
     @staticmethod
     def history_line(usage: IterationUsage, epoch: int) -> Dict:
-        """The per-iteration file's line of ``usage`` (see :mod:`.usage_history`)."""
+        """The per-iteration file's line of ``usage`` (see :mod:`.history_file`)."""
         line = dict(iter=usage.iteration, epoch=epoch,
                     unused_per_rank=[list(ids) for ids in usage.per_rank_unused])
         if usage.ranks_left_unreached:

@@ -16,7 +16,7 @@ def summary_dict(table, statistics: UsageStatistics, world_size: int,
                  guard_setting: str = MMENGINE_LINES.guard) -> Dict:
     """The summary as a JSON-ready dict: counts, the verdict, and a row per parameter that was
     ever unused. ``table`` is a :class:`ParamTable` or, in a post-mortem, a
-    :class:`~.usage_history.RecordedTable`; ``guard_setting`` the config line that puts the
+    :class:`~.history_file.RecordedTable`; ``guard_setting`` the config line that puts the
     guard on this framework's run."""
     setting, why = recommended_setting(statistics, guard_setting)
     first = statistics.first_unreached_iteration
@@ -192,7 +192,7 @@ def write_summary(out_dir: str, prefix: str, summary: Dict, table, history: List
     Args:
         summary (dict): From :func:`summary_dict`.
         table (ParamTable | RecordedTable): Names of the ids in ``history``.
-        history (list[dict]): The per-iteration lines (see :mod:`.usage_history`).
+        history (list[dict]): The per-iteration lines (see :mod:`.history_file`).
     """
     paths = dict(text=osp.join(out_dir, f'{prefix}_summary.txt'),
                  json=osp.join(out_dir, f'{prefix}_summary.json'))
