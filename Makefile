@@ -22,14 +22,14 @@ test: venv
 	bash tools/version_matrix.sh --ci
 
 # The edit loop's tests: the package's unit tests and its fast 1- to 3-rank gloo tests, chosen
-# by measured duration to end in under 5 minutes on a quiet 2-core machine (about 2 min there,
-# 3.5 min at 1.8x, measured 2026-12-03): the usage record, completion in each mode, training
-# bit for bit against DDP's graph search and the DDP contract, the hook, `check`, `summarize`,
-# the stall guard's judgement and watchdog, and three of its 2-rank cases. Not the mmdet3d
-# end-to-end, torchrun, zoo, cost or tooling (tests/tooling/) tests, nor the version matrix:
-# `make test` runs everything, these included. Listed here, in one place, rather than marked
-# in each file: a node id can pick a slow file's fast cases, and a name that no longer exists
-# fails the run instead of silently dropping out.
+# by measured duration to end in under 5 minutes on a quiet 2-core machine (about 2.5 min there;
+# 3.5 to 4.2 min measured 2026-12-03 at 1.9x a quiet core): the usage record, completion in each
+# mode, training bit for bit against DDP's graph search and the DDP contract, the hook, `check`,
+# `summarize`, the stall guard's judgement and watchdog, and three of its 2-rank cases. Not the
+# mmdet3d end-to-end, torchrun, zoo, cost or tooling (tests/tooling/) tests, nor the version
+# matrix: `make test` runs everything, these included. Listed here, in one place, rather than
+# marked in each file: a node id can pick a slow file's fast cases, and a name that no longer
+# exists fails the run instead of silently dropping out.
 QUICK_TESTS := \
 	tests/test_usage_record.py tests/test_step_backwards.py tests/test_enums.py \
 	tests/test_guarded_ddp_options.py tests/test_guarded_ddp_training.py \
@@ -68,7 +68,7 @@ bench: venv
 	$(PY) benchmarks/bench_step_time.py
 
 # README.md and docs/ (docs/conf.py says why the source folder is the repository root);
-# tests/test_docs.py runs the same build, so `make test` fails on a warning too.
+# tests/tooling/test_docs.py runs the same build, so `make test` fails on a warning too.
 docs: venv
 	$(PY) -m sphinx -W --keep-going -b html -c docs . build/docs
 	@echo "Open build/docs/docs/index.html"

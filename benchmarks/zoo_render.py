@@ -1,7 +1,8 @@
 """What the zoo's rows say, in Markdown: ``docs/zoo/README.md`` (the whole table) and the
 short section of ``docs/compatibility.md`` (:data:`SECTION_PAGE`) between the ``zoo``
-markers. Both are rendered from ``docs/zoo/zoo.json`` only, and ``tests/test_docs.py`` checks
-that the committed files are what these functions render, so neither can drift from the rows.
+markers. Both are rendered from ``docs/zoo/zoo.json`` only, and ``tests/tooling/test_docs.py``
+checks that the committed files are what these functions render, so neither can drift from the
+rows.
 """
 import os.path as osp
 import re

@@ -3,7 +3,7 @@
 The source folder is the repository root (``make docs`` runs ``sphinx-build -c docs .``), so
 that README.md is a page of the site and the links between it and docs/ are plain relative
 links, which GitHub follows too. The API reference comes from the docstrings (autodoc);
-``tests/test_docs.py`` builds the site with warnings as errors.
+``tests/tooling/test_docs.py`` builds the site with warnings as errors.
 """
 import argparse
 import importlib

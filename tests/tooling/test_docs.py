@@ -17,7 +17,7 @@ from typing import Iterator, List, Optional, Set, Tuple
 
 from tests.timeouts import scaled
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Top-level folders that hold no documented code: local state, built or generated.
 NOT_DOCUMENTED = {'.git', '.venv', 'build', 'data', 'work_dirs', '.pytest_cache'}
 # Paths the docs name in other projects (mmdet3d's training scripts), not in this one.
