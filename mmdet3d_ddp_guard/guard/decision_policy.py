@@ -6,7 +6,6 @@ iteration to say, in one block, what it saw and what that means for this model.
 """
 import textwrap
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import List, Optional, Tuple, Union
 
 import torch
@@ -14,21 +13,16 @@ import torch
 from ..environment.versions import graph_search_accumulates_right
 from ..messages.config_lines import MMCV1_LINES, MMENGINE_LINES, ConfigLines
 from ..messages.ddp_outcome import FAILS, UNDEFINED_GRADIENTS_ONLY, outcome_line
+from ..messages.text_enum import TextEnum
 from .iteration_usage import IterationUsage, UsageStatistics
 from .param_table import ParamTable
 
 AUTO = 'auto'
 
 
-class Mode(str, Enum):
-    """How GuardedDDP treats unused parameters (a :class:`Decision`'s ``mode``).
-
-    A member is its value, a plain string, everywhere text is made of it: it compares and
-    hashes as the string, and ``str``, formatting, ``repr`` and ``json.dumps`` give exactly
-    the string's (the three methods below: Enum's own write ``Mode.COMPLETE``, and its
-    formatting changed in Python 3.12), so that logs, messages and JSON files read the same
-    as when modes were strings.
-    """
+class Mode(TextEnum):
+    """How GuardedDDP treats unused parameters (a :class:`Decision`'s ``mode``); a member
+    reads as its text (:class:`TextEnum`)."""
     #: Our own way: DDP's fast path, plus completion of the reduction for parameters that
     #: autograd did not reach (see GuardedDDP's docstring).
     COMPLETE = 'complete'
@@ -38,15 +32,6 @@ class Mode(str, Enum):
     STATIC_GRAPH = 'static_graph'
     #: DDP's fast path, ``find_unused_parameters=False``, and a clear error instead of DDP's.
     STRICT = 'strict'
-
-    def __str__(self) -> str:
-        return str.__str__(self)
-
-    def __format__(self, spec: str) -> str:
-        return str.__format__(self, spec)
-
-    def __repr__(self) -> str:
-        return str.__repr__(self)
 
 
 # The modes under their names before :class:`Mode` (tests and user code import them).

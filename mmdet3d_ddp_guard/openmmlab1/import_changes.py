@@ -28,15 +28,14 @@ from .cpu_launch import allow_cpu_training
 from .guarded_mmcv_ddp import guard_mmcv_ddp
 from .unused_params_hook import keep_loaded_checkpoint_meta
 
-#: The objects changed, by their dotted names, as the README lists them.
-CHANGED = (
-    'mmcv.runner.HOOKS',
-    'mmcv.parallel.MMDistributedDataParallel.__new__',
-    'mmcv.runner.BaseRunner.load_checkpoint',
-    'mmcv.runner.dist_utils._init_dist_pytorch',
-    'mmdet.utils.util_distribution.build_ddp',
-    'mmdet.core.utils.dist_utils.sync_random_seed',
-)
+#: The objects changed, by their dotted names, as the README lists them: at every import,
+EVERY_IMPORT = ('mmcv.runner.HOOKS', 'mmcv.parallel.MMDistributedDataParallel.__new__',
+                'mmcv.runner.BaseRunner.load_checkpoint')
+#: and without CUDA only.
+WITHOUT_CUDA = ('mmcv.runner.dist_utils._init_dist_pytorch',
+                'mmdet.utils.util_distribution.build_ddp',
+                'mmdet.core.utils.dist_utils.sync_random_seed')
+CHANGED = EVERY_IMPORT + WITHOUT_CUDA
 
 
 def apply() -> None:

@@ -22,13 +22,11 @@ import torch
 from .checkpoint_safe_globals import allow_mmengine_checkpoint_globals
 from .cpu_launch import allow_cpu_init_dist
 
-#: The objects changed, by their dotted names, as the README lists them.
-CHANGED = (
-    'mmengine.registry.MODEL_WRAPPERS',
-    'mmengine.registry.HOOKS',
-    'mmengine.dist.utils._init_dist_pytorch',
-    'mmengine.runner.checkpoint.CheckpointLoader.load_checkpoint',
-)
+#: The objects changed, by their dotted names, as the README lists them: the registries at
+#: every import; the launch without CUDA, the checkpoint loader on torch >= 2.6.
+CHANGED = ('mmengine.registry.MODEL_WRAPPERS', 'mmengine.registry.HOOKS',
+           'mmengine.dist.utils._init_dist_pytorch',
+           'mmengine.runner.checkpoint.CheckpointLoader.load_checkpoint')
 
 
 def apply() -> None:

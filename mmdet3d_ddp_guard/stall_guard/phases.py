@@ -6,15 +6,11 @@ one (a rank of another version of the package may name a phase this one does not
 :class:`Phase` members compare equal to those strings, so the diagnosis compares a read
 snapshot's phase with a member as it compares its own.
 """
-from enum import Enum
+from ..messages.text_enum import TextEnum
 
 
-class Phase(str, Enum):
-    """A rank's phase. A member is its value, a plain string, everywhere text is made of it:
-    it compares and hashes as the string, and ``str``, formatting, ``repr`` and
-    ``json.dumps`` give exactly the string's (the three methods below: Enum's own write
-    ``Phase.DATA``, and its formatting changed in Python 3.12), so that snapshots and
-    diagnoses read the same as when phases were strings."""
+class Phase(TextEnum):
+    """A rank's phase; a member reads as its text (:class:`TextEnum`)."""
     #: Built, not stepped yet.
     STARTING = 'starting'
     #: Loading the next batch, and the hooks before an iteration.
@@ -28,15 +24,6 @@ class Phase(str, Enum):
     HOOKS = 'hooks'
     VALIDATION = 'validation'
     CHECKPOINT = 'checkpoint'
-
-    def __str__(self) -> str:
-        return str.__str__(self)
-
-    def __format__(self, spec: str) -> str:
-        return str.__format__(self, spec)
-
-    def __repr__(self) -> str:
-        return str.__repr__(self)
 
 
 #: Phases whose wait is DDP's gradient all-reduce (a rank stalled there waits in it).
