@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from importlib import metadata
 
@@ -16,7 +17,12 @@ import pytest
 
 from tests.timeouts import scaled
 
-FILES = [str(file) for file in metadata.files('mmdet3d_ddp_guard') or ()]
+# The installed distribution's own record in site-packages (a checkout's egg-info, which
+# the working directory may put first on the path, says nothing of an install).
+SITE_PACKAGES = sysconfig.get_paths()['purelib']
+DISTRIBUTION = next(iter(metadata.distributions(name='mmdet3d_ddp_guard',
+                                                 path=[SITE_PACKAGES])), None)
+FILES = [str(file) for file in (DISTRIBUTION.files or ())] if DISTRIBUTION else []
 INSTALLED = bool(FILES) and not any('__editable__' in name for name in FILES)
 if not INSTALLED and os.environ.get('DDP_GUARD_EXPECT_INSTALLED') != '1':
     pytest.skip('mmdet3d_ddp_guard is installed in editable mode here; the version matrix '
