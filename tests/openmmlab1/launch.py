@@ -1,6 +1,5 @@
 """The OpenMMLab 1.x training scripts the tests launch under torchrun
 (:func:`demo.launch.torchrun_train` with ``script=``), and their data."""
-import os
 import os.path as osp
 
 import mmdet
@@ -9,7 +8,6 @@ from demo.launch import torchrun_train
 from tests.openmmlab1.tiny_coco import make_tiny_coco
 
 HERE = osp.dirname(osp.abspath(__file__))
-REPO = osp.dirname(osp.dirname(HERE))
 #: mmdet 2.x's own tools/train.py, as its package ships it (.mim/tools).
 MMDET_TRAIN = osp.join(osp.dirname(mmdet.__file__), '.mim', 'tools', 'train.py')
 #: The codebase-shaped plugin's train script (BEVFormer's shape).
@@ -21,10 +19,10 @@ PLUGIN_CONFIGS = osp.join(HERE, 'projects', 'configs')
 def train(script: str, config: str, work_dir: str, data_root: str, nproc: int = 2,
           cfg_options=(), timeout: float = 240):
     """One torchrun of ``script CONFIG`` on ``nproc`` gloo ranks over the tiny COCO data at
-    ``data_root`` (made when missing); the repository is importable (custom_imports)."""
+    ``data_root`` (made when missing); ``torchrun_train`` makes the repository importable
+    (custom_imports)."""
     if not osp.isdir(osp.join(data_root, 'annotations')):
         make_tiny_coco(data_root)
-    env = dict(PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get('PYTHONPATH')])),
-               TINY_COCO_ROOT=data_root.rstrip('/') + '/')
+    env = dict(TINY_COCO_ROOT=data_root.rstrip('/') + '/')
     return torchrun_train(config, work_dir, nproc=nproc, cfg_options=list(cfg_options),
                           timeout=timeout, env=env, train_args=['--seed', '0'], script=script)
