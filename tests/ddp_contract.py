@@ -81,9 +81,7 @@ class Case:
             embedding: DDP's graph search cannot train a sparse one that some rank leaves
             unused ("Expected sparse gradient to be defined"), and the same training with
             dense gradients is the independent computation the guard is held to.
-        momentum: SGD's; none for a sparse embedding (torch 1.12's SGD cannot keep a sparse
-            momentum: "set_indices_and_values_unsafe is not allowed on a Tensor created
-            from .data", in one process).
+        momentum: SGD's, for every parameter but the embeddings' (:func:`sgd_param_groups`).
         around: ``around(ddp, iteration, extras, adapter)`` before each iteration; returns
             the wrapper to train from then on (a case may replace it with a copy).
         after: ``after(ddp, iteration, extras, adapter)`` after each step.
@@ -99,6 +97,20 @@ class Case:
     own_wrapper_dense: bool = False
     around: Optional[Callable] = None
     after: Optional[Callable] = None
+
+
+def sgd_param_groups(wrapper, momentum: float):
+    """SGD's parameter groups: ``momentum`` for every parameter but the embeddings', which
+    train without (torch 1.12's SGD cannot keep a sparse momentum: "set_indices_and_values_
+    unsafe is not allowed on a Tensor created from .data"; a sparse momentum would sum in
+    another order than its dense twin, the independent computation of the sparse cases)."""
+    embeddings = {id(p) for m in wrapper.modules() if isinstance(m, nn.Embedding)
+                  for p in m.parameters()}
+    groups = [dict(params=[p for p in wrapper.parameters() if id(p) not in embeddings],
+                   momentum=momentum),
+              dict(params=[p for p in wrapper.parameters() if id(p) in embeddings],
+                   momentum=0.0)]
+    return [group for group in groups if group['params']]
 
 
 def copy_for_ema(wrapper):
@@ -189,9 +201,8 @@ CASES = {
     'frozen_after_build': Case(unused=True, around=_freeze_then_unfreeze),
     'frozen_after_build_strict': Case(unused=True, guarded_mode=False,
                                       around=_freeze_then_unfreeze),
-    'sparse_embedding': Case(sparse=True, momentum=0.0),
+    'sparse_embedding': Case(sparse=True),
     'sparse_embedding_skipped': Case(unused=True, sparse=True, own_wrapper_dense=True,
-                                     momentum=0.0,
                                      skip_embedding=_skips_on_odd_rank_odd_iteration),
     'gradient_as_bucket_view': Case(unused=True, skip_branch=_skips_on_odd_rank_odd_iteration,
                                     wrapper_kwargs=dict(gradient_as_bucket_view=True)),

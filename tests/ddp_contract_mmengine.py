@@ -16,7 +16,8 @@ from mmengine.registry import DATASETS, HOOKS, METRICS, MODELS
 from mmengine.runner import Runner
 
 from mmdet3d_ddp_guard import GuardedDDP
-from tests.ddp_contract import ContractNet, dense_copy, copy_for_ema, update_ema
+from tests.ddp_contract import (ContractNet, copy_for_ema, dense_copy, sgd_param_groups,
+                                update_ema)
 from tests.dist_utils import TRUSTED_LOAD
 
 
@@ -48,7 +49,7 @@ class MMEngineAdapter:
         return MMDistributedDataParallel(model, find_unused_parameters=mode, **kwargs)
 
     def optimizer(self, ddp, accumulate: int, momentum: float):
-        return OptimWrapper(torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=momentum),
+        return OptimWrapper(torch.optim.SGD(sgd_param_groups(ddp, momentum), lr=0.05),
                             accumulative_counts=accumulate)
 
     def optimizer_state(self, optim_wrapper):

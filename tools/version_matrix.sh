@@ -56,6 +56,8 @@ TESTS=(
   # The wrapper handled as a DDP (deepcopy, pickle, buffers, requires_grad, sparse...), against
   # MMEngine's own wrapper; the Runner-level hooks test runs in the suite only.
   tests/test_ddp_contract.py::test_the_guard_handles_and_trains_as_the_framework_s_own_wrapper
+  # Sparse gradients in every place of DDP's bucket order, against an independent computation.
+  tests/test_sparse_gradients.py
   tests/test_guarded_ddp_training.py tests/test_guarded_ddp_options.py
   tests/test_collective_budget.py tests/test_unused_params_hook.py
   tests/test_outcome_words.py tests/test_cpu_launch.py tests/test_stall_diagnosis.py
@@ -68,7 +70,7 @@ TESTS=(
 # The openmmlab1 leg has no MMEngine: the layout's import rules, what importing the package
 # changes there (README), and its adapter's own tests.
 OPENMMLAB1_TESTS=(tests/test_layout.py tests/test_ddp_contract.py tests/test_import_changes.py
-  tests/openmmlab1)
+  tests/test_sparse_gradients.py tests/openmmlab1)
 
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
 

@@ -23,6 +23,7 @@ from ..stall_guard import Phase, RankPosition, watch_ranks
 from .completion import UnusedCompletion
 from .decision_policy import Decision, DecisionPolicy, Mode
 from .forward_collectives import forward_collectives_warning
+from .sparse_gradients import sparse_gradients_notice
 from .unused_counts_comm_hook import UnusedCountsState
 from .usage_record import ParamUsageRecord
 
@@ -67,8 +68,9 @@ class GuardedWrapper:
         reducer: on the node path, torch < 2.1 and 2.1.2, the record's hooks must be added
         to the AccumulateGrad nodes ahead of DDP's, see accumulate_grad_hooks), the
         framework's DDP (the next class after this one in the subclass's bases) with the
-        graph search only in mode ``find_unused``, the static graph, the guard, and the
-        decision logged."""
+        graph search only in mode ``find_unused``, the static graph, the guard, the
+        decision logged, and the warning for sparse gradients (their averages may differ
+        from the framework's own wrapper's: :mod:`.sparse_gradients`)."""
         collectives_warning = forward_collectives_warning(module, self.lines.wrapper)
         if collectives_warning:
             self.log(collectives_warning, logging.WARNING)
@@ -80,6 +82,10 @@ class GuardedWrapper:
         self._guard(module, usage_record, policy, stall_timeout)
         self.log(policy.decision.format(),
                  logging.WARNING if policy.decision.warning else logging.INFO)
+        sparse_notice = sparse_gradients_notice(usage_record.table, policy.decision.mode,
+                                                self.lines)
+        if sparse_notice:
+            self.log(sparse_notice, logging.WARNING)
 
     def _guard(self, module: nn.Module, usage_record: ParamUsageRecord, policy: DecisionPolicy,
                stall_timeout: Optional[float]) -> None:

@@ -160,9 +160,18 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
 
 
 def _averaged(buffer: torch.Tensor, world_size: int) -> torch.Tensor:
-    """``buffer`` made ready for a sum that averages, in place, as DDP's reducer does: a
-    dense bucket multiplied by ``1 / world_size``, a sparse one divided
-    (``Reducer::mark_variable_ready_sparse``)."""
+    """``buffer`` made ready for a sum that averages, as DDP's reducer does: a dense bucket
+    multiplied by ``1 / world_size`` in place (it is DDP's own flat copy of the gradients), a
+    sparse one divided (``Reducer::mark_variable_ready_sparse``) into a new tensor.
+
+    Never a sparse one in place: a sparse bucket is the parameter's gradient itself, whose
+    values an embedding's backward takes as a view of the gradient it received (a reshape),
+    and autograd may still pass that gradient to other layers, later in this backward (an
+    embedding added to another layer's output: ``relu(stem(x)) + embedding(ids)``). DDP's
+    own reducer divides it in place when no comm hook is registered (MMEngine's and mmcv's
+    wrappers, DDP's graph search), and so divides those layers' gradients by the world size
+    twice (pytorch/pytorch#34904 added that ``div_``); ``tests/test_sparse_gradients.py``
+    shows it and holds the guard to the true averages."""
     if buffer.is_sparse:
-        return buffer.div_(world_size)
+        return buffer / world_size
     return buffer.mul_(1.0 / world_size)

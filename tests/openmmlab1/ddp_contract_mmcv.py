@@ -12,6 +12,7 @@ from mmcv.parallel import MMDistributedDataParallel
 from mmcv.utils import Config
 
 import mmdet3d_ddp_guard  # noqa: F401 - guards MMDistributedDataParallel, as custom_imports does
+from tests.ddp_contract import sgd_param_groups
 
 
 class ContractModel(nn.Module):
@@ -47,7 +48,7 @@ class MMCVAdapter:
             model, find_unused_parameters=cfg.get('find_unused_parameters', False), **kwargs)
 
     def optimizer(self, ddp, accumulate: int, momentum: float):
-        return torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=momentum)
+        return torch.optim.SGD(sgd_param_groups(ddp, momentum), lr=0.05)
 
     def optimizer_state(self, optimizer):
         return optimizer.state_dict()
