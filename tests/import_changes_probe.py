@@ -5,15 +5,18 @@ It loads the frameworks that are installed (torch, MMEngine, mmcv, mmdet, mmdet3
 module that importing the package loads (a first process lists them), so that nothing the
 package touches is first loaded by the package; then it snapshots every module-level name of
 every loaded module, the ``__dict__`` of every class those modules hold, the contents of
-every registry they hold (MMEngine's and mmcv 1.x's ``Registry``) and torch's weights-only
-allowlist (``torch.serialization.get_safe_globals()``, torch >= 2.4); imports the package;
+every registry they hold (MMEngine's and mmcv 1.x's ``Registry``), torch's weights-only
+allowlist (``torch.serialization.get_safe_globals()``, torch >= 2.4), the environment
+variables, the number of ``atexit`` handlers, the operators of torch's dispatcher
+(``torch.ops``) and the threads' names; imports the package;
 and prints, as JSON, every difference that is not the package's own modules or a module
 loaded since:
 
 - ``changes``: ``{"name", "kind", "detail", "registry", "covered_by"}``: ``name`` the
   changed object's dotted name (``module.name``, ``module.Class.name``, a registry's
-  ``module.NAME``, ``torch.serialization`` for the allowlist), ``kind`` one of added,
-  removed, replaced, registered, allowlist; ``registry`` the registry's own name (``model``,
+  ``module.NAME``, ``torch.serialization`` for the allowlist, ``os.environ``, ``atexit``,
+  ``torch.ops``, ``threading``), ``kind`` one of added, removed, replaced, registered,
+  allowlist, environment, atexit, operators, threads; ``registry`` the registry's own name (``model``,
   ``hook``...) for a registration, with the keys in ``detail``; ``covered_by``, for each
   labelled list of names given with ``--listed`` (a JSON object; the README's) and for
   ``import_changes`` (the loaded adapters' ``import_changes.CHANGED``), the name that covers
@@ -24,19 +27,27 @@ loaded since:
   for the allowlist; and a covered rebinding covers the others that put the same new
   object in place of the same old one (a function replaced in the module that defines it
   and where other modules imported it by name).
+- ``loaded_by_the_import``: the modules, not the package's own, that the import loads in a
+  process where the frameworks were loaded first (``torch._dynamo`` was one: loading it
+  sets environment variables, registers ``atexit`` handlers, adds operators and replaces
+  ``torch.manual_seed``; the snapshot above, taken after loading them, would not see that).
 - ``frameworks``: which of mmengine, mmcv, mmdet, mmdet3d were loaded.
 
 Then it applies changes that the package does not make (a module-level function of
 torch.distributed replaced, a class attribute added to torch's DDP, a toy registered in the
-root model registry) and compares again, to show that the comparison names each:
+root model registry, an environment variable set, an ``atexit`` handler) and compares again, to show that the comparison names each:
 ``changes_with_extra_patches``, and ``extra_patches``, the names they are found by.
 """
 import argparse
+import atexit
 import importlib
 import json
+import os
 import subprocess
 import sys
+import threading
 import types
+from typing import Tuple
 
 PACKAGE = 'mmdet3d_ddp_guard'
 
@@ -60,20 +71,44 @@ def _import_quietly(name: str) -> None:
         pass
 
 
-def modules_the_package_loads() -> list:
+def modules_the_package_loads() -> Tuple[list, list]:
     """The modules, not the package's own, that ``import mmdet3d_ddp_guard`` leaves loaded
-    in a fresh process, in the order they were loaded."""
+    in a fresh process, in the order they were loaded; and those of them that the
+    frameworks, loaded first, had not loaded (what the import itself loads)."""
     output = subprocess.run(
         [sys.executable, '-c',
-         f'import json, sys; import {PACKAGE}; print(json.dumps(list(sys.modules)))'],
+         'import importlib, json, sys\n'
+         f'for name in {FRAMEWORKS!r}:\n'
+         '    try:\n'
+         '        importlib.import_module(name)\n'
+         '    except Exception:\n'
+         '        pass\n'
+         'before = list(sys.modules)\n'
+         f'import {PACKAGE}\n'
+         'print(json.dumps([before, list(sys.modules)]))'],
         check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
-    return [name for name in json.loads(output.splitlines()[-1]) if not _own(name)]
+    before, after = json.loads(output.splitlines()[-1])
+    loaded = [name for name in after if not _own(name)]
+    return loaded, [name for name in loaded if name not in set(before)]
 
 
 def _is_registry(value) -> bool:
     cls = type(value)
     return cls.__name__ == 'Registry' and cls.__module__.split('.')[0] in ('mmengine', 'mmcv') \
         and isinstance(getattr(value, '_module_dict', None), dict)
+
+
+def _operators():
+    """The names of the operators registered with torch's dispatcher (``torch.ops``)."""
+    torch_c = getattr(sys.modules.get('torch'), '_C', None)
+    names = getattr(torch_c, '_dispatch_get_all_op_names', None)
+    return None if names is None else set(names())
+
+
+def _atexit_handlers():
+    """How many ``atexit`` handlers are registered (CPython's count)."""
+    count = getattr(atexit, '_ncallbacks', None)
+    return None if count is None else count()
 
 
 def _safe_globals():
@@ -109,6 +144,10 @@ class Snapshot:
                     if known is None or len(dotted) < len(known[0]):
                         self.registries[id(value)] = (dotted, value, dict(value._module_dict))
         self.safe_globals = _safe_globals()
+        self.environ = dict(os.environ)
+        self.atexit_handlers = _atexit_handlers()
+        self.operators = _operators()
+        self.threads = {thread.name for thread in threading.enumerate()}
 
 
 class Change:
@@ -166,6 +205,25 @@ def compare(before: Snapshot) -> list:
         changes.append(Change('torch.serialization', 'allowlist',
                               sys.modules['torch.serialization'], None,
                               detail='torch.serialization.get_safe_globals()'))
+    environ = dict(os.environ)
+    keys = sorted(key for key in set(environ) | set(before.environ)
+                  if environ.get(key) != before.environ.get(key))
+    if keys:
+        changes.append(Change('os.environ', 'environment', os, 'environ',
+                              detail=', '.join(keys)))
+    if _atexit_handlers() != before.atexit_handlers:
+        changes.append(Change('atexit', 'atexit', atexit, None,
+                              detail=f'{before.atexit_handlers} -> {_atexit_handlers()} '
+                              'handlers'))
+    operators = _operators()
+    if operators != before.operators:
+        added = sorted(operators - before.operators)
+        changes.append(Change('torch.ops', 'operators', sys.modules['torch'].ops, None,
+                              detail=f'{len(added)} added: {", ".join(added[:5])}'))
+    threads = sorted({thread.name for thread in threading.enumerate()} - before.threads)
+    if threads:
+        changes.append(Change('threading', 'threads', threading, None,
+                              detail=', '.join(threads)))
     return changes
 
 
@@ -230,7 +288,10 @@ def apply_extra_patches() -> dict:
     else:
         from mmcv.cnn import MODELS
     MODELS.register_module(name='DDPGuardProbe', module=torch.nn.Linear)
-    return dict(function='torch.distributed.barrier',
+    os.environ['DDP_GUARD_PROBE'] = '1'
+    atexit.register(os.getpid)
+    return dict(environment='DDP_GUARD_PROBE',
+                function='torch.distributed.barrier',
                 class_attribute='torch.nn.parallel.distributed.DistributedDataParallel.'
                 'ddp_guard_probe',
                 registration='DDPGuardProbe')
@@ -247,7 +308,8 @@ def main(argv=None) -> None:
     parser.add_argument('--listed', default='{}',
                         help='JSON object: a label for each list of dotted names')
     args = parser.parse_args(argv)
-    for name in FRAMEWORKS + tuple(modules_the_package_loads()):
+    loaded, loaded_by_the_import = modules_the_package_loads()
+    for name in FRAMEWORKS + tuple(loaded):
         _import_quietly(name)
     before = Snapshot()
     importlib.import_module(PACKAGE)
@@ -256,6 +318,7 @@ def main(argv=None) -> None:
     extra_patches = apply_extra_patches()
     print(json.dumps(dict(
         changes=changes,
+        loaded_by_the_import=loaded_by_the_import,
         extra_patches=extra_patches,
         changes_with_extra_patches=_report(compare(before), listed),
         frameworks=sorted(name for name in ('mmengine', 'mmcv', 'mmdet', 'mmdet3d')

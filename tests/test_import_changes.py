@@ -22,18 +22,18 @@ SECTION = 'What importing it changes'
 UNTOUCHED_REGISTRIES = ('model', 'dataset')
 
 
-def listed_in_readme(path: str = README) -> list:
-    """The dotted names that start the bullets of the README's section :data:`SECTION`:
+def listed_in_readme(path: str = README, section: str = SECTION) -> list:
+    """The dotted names that start the bullets of the README's ``section``:
     ``- `mmengine.dist.utils._init_dist_pytorch`: ...`` (one or more, in backticks)."""
     with open(path) as f:
         text = f.read()
-    match = re.search(rf'^## {re.escape(SECTION)}\s*$(.*?)(?=^## |\Z)', text, re.M | re.S)
-    assert match, f'README.md has no section "## {SECTION}"'
+    match = re.search(rf'^## {re.escape(section)}\s*$(.*?)(?=^## |\Z)', text, re.M | re.S)
+    assert match, f'README.md has no section "## {section}"'
     names = []
     for bullet in re.findall(r'^\s*[-*]\s+((?:`[\w.]+`[\s,/]*(?:and\s+)?)+)', match.group(1),
                              re.M):
         names += re.findall(r'`([\w.]+)`', bullet)
-    assert names, f'the README\'s section "{SECTION}" has no bullet that names an object'
+    assert names, f'the README\'s section "{section}" has no bullet that names an object'
     return names
 
 
@@ -72,6 +72,12 @@ def test_importing_changes_only_what_the_readme_lists(findings):
         f'"{SECTION}" does not list; all changes: {[change["name"] for change in changes]}')
     assert unlisted(changes, 'import_changes') == []
     assert registered_in_models_or_datasets(changes) == []
+    # What loading a module does (torch._dynamo: environment variables, atexit handlers,
+    # operators, torch.manual_seed replaced) happens before the snapshot when the probe
+    # loads it first: so the import must load nothing the frameworks had not.
+    assert findings['loaded_by_the_import'] == [], (
+        'importing mmdet3d_ddp_guard loads modules the frameworks do not: '
+        f'{findings["loaded_by_the_import"]}; load them where they are needed')
 
 
 @pytest.mark.timeout(600)
@@ -81,8 +87,12 @@ def test_a_change_that_is_not_listed_is_named(findings):
     extra, found = findings['extra_patches'], findings['changes_with_extra_patches']
     models = [change for change in found if change['registry'] == 'model']
     assert len(models) == 1 and models[0]['detail'] == f'model: {extra["registration"]}'
+    atexit_changes = [change for change in found if change['kind'] == 'atexit']
+    assert len(atexit_changes) == 1, found
     expected = {f'{extra["function"]} (replaced)', f'{extra["class_attribute"]} (added)',
-                f'{models[0]["name"]} (registered: model: {extra["registration"]})'}
+                f'{models[0]["name"]} (registered: model: {extra["registration"]})',
+                f'os.environ (environment: {extra["environment"]})',
+                f'atexit (atexit: {atexit_changes[0]["detail"]})'}
     for label in ('readme', 'import_changes'):
         assert set(unlisted(found, label)) - set(unlisted(findings['changes'], label)) \
             == expected

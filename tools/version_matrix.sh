@@ -70,7 +70,7 @@ TESTS=(
 # The openmmlab1 leg has no MMEngine: the layout's import rules, what importing the package
 # changes there (README), and its adapter's own tests.
 OPENMMLAB1_TESTS=(tests/test_layout.py tests/test_ddp_contract.py tests/test_import_changes.py
-  tests/test_sparse_gradients.py tests/openmmlab1)
+  tests/test_sparse_gradients.py tests/test_training_changes.py tests/openmmlab1)
 
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
 

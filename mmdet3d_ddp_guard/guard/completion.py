@@ -13,6 +13,7 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from ..environment.ddp_compat import untraced
 from .decision_policy import DecisionPolicy, Mode
 from .errors import static_graph_changed_error, unused_parameters_error
 from .iteration_usage import IterationUsage
@@ -51,7 +52,7 @@ class UnusedCompletion:
                                              policy.lines.wrapper)
             # DDP's own method: a wrapper may refuse user comm hooks in its override.
             DistributedDataParallel.register_comm_hook(ddp, self._counts,
-                                                       allreduce_with_unused_counts)
+                                                       untraced(allreduce_with_unused_counts))
             record.resolved_by_counts = True
         record.add_listener(self._observe)
 

@@ -53,8 +53,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from ..environment.ddp_compat import (bucket_buffer, bucket_index, hook_result, is_last_bucket,
-                                      untraced)
+from ..environment.ddp_compat import bucket_buffer, bucket_index, hook_result, is_last_bucket
 
 # c10d's own function: the stall guard records the buckets it issues as DDP's, not again as
 # Python-level collectives (it replaces only the ``torch.distributed`` namespace's).
@@ -117,9 +116,10 @@ class UnusedCountsState:
 # No return annotation: DDP checks it, and torch 1.9 accepts only a bare ``Future`` where
 # newer torch accepts only ``Future[torch.Tensor]``; both accept none.
 # DDP's reducer calls it from the backward, which under a compiled train_step (MMEngine's
-# Runner with compile=) runs inside a frame Dynamo evaluates: never traced (the futures'
-# callbacks run inside it or on the backend's thread, where Dynamo is off).
-@untraced
+# Runner with compile=) runs inside a frame Dynamo evaluates: it must never be traced (the
+# futures' callbacks run inside it or on the backend's thread, where Dynamo is off). So it is
+# registered as ``untraced(allreduce_with_unused_counts)``, when a guarded wrapper is built
+# (:func:`untraced` loads Dynamo: never at import).
 def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBucket):
     """DDP's default all-reduce of ``bucket``, with this rank's unused counts on the last."""
     group = state.process_group if state.process_group is not None else dist.group.WORLD

@@ -2,7 +2,7 @@
 import contextlib
 import inspect
 import weakref
-from typing import Dict, Optional, Union
+from typing import Callable, Dict, Optional, Union
 
 import torch
 from mmengine.logging import MessageHub, print_log
@@ -120,13 +120,16 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
         self.build_guarded(module, policy, static_graph, stall_timeout,
                            dict(kwargs, detect_anomalous_params=detect_anomalous_params))
         self._runner = weakref.ref(runner) if runner is not None else None
+        global _add_stall_phase_hook_untraced
+        if _add_stall_phase_hook_untraced is _add_stall_phase_hook:
+            _add_stall_phase_hook_untraced = untraced(_add_stall_phase_hook)
 
     def train_step(self, data: Union[dict, tuple, list],
                    optim_wrapper: OptimWrapper) -> Dict[str, torch.Tensor]:
         """MMDistributedDataParallel's train step, settling unused parameters between the
         backward and the optimizer step."""
         if self._runner is not None:
-            self._add_stall_phase_hook()
+            _add_stall_phase_hook_untraced(self)
         with self.guarded_step(then=Phase.HOOKS):
             with optim_wrapper.optim_context(self):
                 # False inside no_sync (gradient accumulation): this backward reduces nothing.
@@ -168,14 +171,21 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
         # original's Runner.
         self._runner = None
 
-    @untraced  # inside a compiled train_step: traced, it would be a frame of its own
-    def _add_stall_phase_hook(self) -> None:
-        """Once, at the first step (the Runner registers its hooks after building us)."""
-        from .hooks.stall_phase_hook import StallPhaseHook
-        runner, self._runner = self._runner(), None
-        if runner is not None and self.stall_watchdog is not None \
-                and not any(isinstance(hook, StallPhaseHook) for hook in runner.hooks):
-            runner.register_hook(StallPhaseHook())
+
+
+def _add_stall_phase_hook(wrapper: GuardedDDP) -> None:
+    """Once, at the first step (the Runner registers its hooks after building us)."""
+    from .hooks.stall_phase_hook import StallPhaseHook
+    runner, wrapper._runner = wrapper._runner(), None
+    if runner is not None and wrapper.stall_watchdog is not None \
+            and not any(isinstance(hook, StallPhaseHook) for hook in runner.hooks):
+        runner.register_hook(StallPhaseHook())
+
+
+#: ``_add_stall_phase_hook`` as the first step calls it, made untraced at the first build
+#: (inside a compiled train_step, traced, it would be a frame of its own); untraced() loads
+#: Dynamo, which importing the package must not do.
+_add_stall_phase_hook_untraced: Callable[[GuardedDDP], None] = _add_stall_phase_hook
 
 
 @contextlib.contextmanager

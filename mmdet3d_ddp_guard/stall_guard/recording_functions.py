@@ -59,6 +59,7 @@ def record_collectives() -> None:
         if recording is None or recording.ddp_guard_original is not current:
             recording = _recording_functions[op] = _recording(op, current)
         setattr(dist, op, recording)
+    _untraced_record()
     _not_compiled_on_their_own()
 
 
@@ -107,8 +108,17 @@ def _recording(op: str, original):
     return collective
 
 
-_record = untraced(CollectiveLog.record_call)
-_take_back = untraced(CollectiveLog.take_back)
+# The record's two calls, never traced: made at the first activation, since untraced() loads
+# Dynamo, which importing the package must not do.
+_record: Optional[Callable] = None
+_take_back: Optional[Callable] = None
+
+
+def _untraced_record() -> None:
+    global _record, _take_back
+    if _record is None:
+        _record = untraced(CollectiveLog.record_call)
+        _take_back = untraced(CollectiveLog.take_back)
 
 
 def _not_compiled_on_their_own() -> None:
