@@ -45,7 +45,7 @@ QUICK_TESTS := \
 	'tests/test_stall_guard.py::test_a_rank_that_raises_while_the_others_wait[2_ranks]' \
 	'tests/test_stall_guard.py::test_waiting_for_one_slow_rank_is_not_a_hang[slow_rank_syncs-2_ranks-blocking]' \
 	tests/test_layout.py tests/test_python38_syntax.py tests/test_import_changes.py \
-	tests/test_training_changes.py
+	tests/test_training_changes.py tests/test_exchange_due.py
 test-quick: venv
 	$(PY) -m pytest $(QUICK_TESTS) -p no:cacheprovider -q --durations=10
 
