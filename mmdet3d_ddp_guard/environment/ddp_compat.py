@@ -94,8 +94,13 @@ def untraced(function):
         disable = _dynamo.disable
     if disable is not None:
         return disable(function)
+    return through_one_frame(function)  # torch 1.x: no compiler
 
-    # torch 1.x: no compiler. Its signature stays the function's (DDP reads a comm hook's).
+
+def through_one_frame(function):
+    """``function`` called through exactly one more Python frame, as :func:`untraced` calls
+    it, without loading the compiler: what stands in before the compiler is needed. Its
+    signature stays the function's (DDP reads a comm hook's)."""
     @functools.wraps(function)
     def passed_through(*args, **kwargs):
         return function(*args, **kwargs)

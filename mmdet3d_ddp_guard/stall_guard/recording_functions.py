@@ -18,7 +18,7 @@ from typing import Callable, Dict, Optional
 import torch
 import torch.distributed as dist
 
-from ..environment.ddp_compat import is_compiling, untraced
+from ..environment.ddp_compat import is_compiling, through_one_frame, untraced
 from .collective_log import COLLECTIVE_FUNCTIONS, CollectiveLog
 
 # The log of the guarded wrapper whose stall guard runs in this process (one at a time).
@@ -108,17 +108,20 @@ def _recording(op: str, original):
     return collective
 
 
-# The record's two calls, never traced: made at the first activation, since untraced() loads
-# Dynamo, which importing the package must not do.
-_record: Optional[Callable] = None
-_take_back: Optional[Callable] = None
+# The record's two calls, through one frame (the issuer is read at a fixed depth), made
+# untraced at the first activation: untraced() loads Dynamo, which importing the package
+# must not do, and nothing is recorded before a log is active.
+_record = through_one_frame(CollectiveLog.record_call)
+_take_back = through_one_frame(CollectiveLog.take_back)
+_untraced = False
 
 
 def _untraced_record() -> None:
-    global _record, _take_back
-    if _record is None:
+    global _record, _take_back, _untraced
+    if not _untraced:
         _record = untraced(CollectiveLog.record_call)
         _take_back = untraced(CollectiveLog.take_back)
+        _untraced = True
 
 
 def _not_compiled_on_their_own() -> None:
