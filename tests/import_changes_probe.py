@@ -227,6 +227,21 @@ def compare(before: Snapshot) -> list:
     return changes
 
 
+_MISSING = object()
+
+
+def _attribute(owner, name: str, default=_MISSING):
+    """``getattr``, but a module's own namespace only: a module's ``__getattr__`` may import
+    what it names (torch loads ``torch._dynamo`` so), which a name in a list must not."""
+    if isinstance(owner, types.ModuleType):
+        value = vars(owner).get(name, default)
+    else:
+        value = getattr(owner, name, default)
+    if value is _MISSING:
+        raise AttributeError(name)
+    return value
+
+
 def resolve(dotted: str):
     """``(owner, attribute)`` that a listed dotted name points at now, where its attribute
     is the last name (``attribute`` None for a module, or for a name that is not there)."""
@@ -240,10 +255,10 @@ def resolve(dotted: str):
             return module, None
         try:
             for part in rest[:-1]:
-                owner = getattr(owner, part)
+                owner = _attribute(owner, part)
         except AttributeError:
             return None, None
-        value = getattr(owner, rest[-1], None)
+        value = _attribute(owner, rest[-1], None)
         if _is_registry(value) or isinstance(value, types.ModuleType):
             return value, None
         return owner, rest[-1]
