@@ -42,7 +42,9 @@ class GuardedWrapper:
     ``comm_hook_refusal`` (``(wrapper, fix)``, the words of the error a user's own comm hook
     gets while the counts ride the gradient all-reduce), its framework's iteration number
     (:meth:`iteration_of`, which reads its runner), its logger (:meth:`log`), and its own
-    per-wrapper attributes (:meth:`_adapter_state`, :meth:`_init_adapter_state`).
+    per-wrapper attributes (:meth:`_adapter_state`, :meth:`_init_adapter_state`). A part of
+    the step that an adapter runs outside these calls runs inside
+    :meth:`telling_the_stall_guard`, so that its error reaches the stall guard first.
 
     **Copies.** ``copy.deepcopy`` and pickling (``torch.save`` of the whole wrapper) work as
     on DDP, whose ``__getstate__`` drops the process group and reducer and whose
@@ -120,7 +122,7 @@ class GuardedWrapper:
         hook resolves it, see ``ParamUsageRecord.resolved_by_hook``), this iteration's
         position and record started; ``then``, the phase after a step that
         returned; an error that leaves the step told to the stall guard first."""
-        with self._reporting():
+        with self.telling_the_stall_guard():
             if not self.usage_record.resolved_by_hook:
                 self.usage_record.resolve()  # the previous step's per-rank detail
             self.stall_position.start_forward(self.completion.current_iteration())
@@ -133,7 +135,7 @@ class GuardedWrapper:
         """Runs ``backward()`` and settles its unused parameters before the optimizer step;
         ``reduces`` is False inside ``no_sync`` (accumulation)."""
         self.stall_position.enter(Phase.BACKWARD)
-        with self._reporting():
+        with self.telling_the_stall_guard():
             backward()
         self.settle_after_backward(reduces)
 
@@ -143,13 +145,16 @@ class GuardedWrapper:
         with zeros."""
         position = self.stall_position
         position.enter(Phase.SETTLING)
-        with self._reporting():
+        with self.telling_the_stall_guard():
             completed = self.completion.settle(reduces)
         position.enter(Phase.OPTIMIZER_STEP)
         return completed
 
     @contextlib.contextmanager
-    def _reporting(self):
+    def telling_the_stall_guard(self):
+        """A part of the step whose error, on its way out, is told to the stall guard first
+        (the other ranks then learn that this one raised instead of waiting for it); for
+        the parts of a step an adapter runs itself (mmcv 1.x's start of the step)."""
         try:
             yield
         except Exception as error:

@@ -147,7 +147,7 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
                 self._runner = weakref.ref(caller)
                 if self.stall_watchdog is not None:
                     StallPhaseHook(self.stall_watchdog).attach(caller)
-        with self._reporting():
+        with self.telling_the_stall_guard():
             self.step_backwards.begin_step()
         with self.guarded_step():
             self._in_module_step = True
