@@ -81,13 +81,16 @@ def set_static_graph(ddp: torch.nn.parallel.DistributedDataParallel,
         ddp._set_static_graph()
 
 
+@functools.lru_cache(maxsize=None)
 def untraced(function):
     """``function`` as ``torch.compile`` must see it: called without tracing it or anything
     it calls, in exactly one more Python frame (the stall guard reads a collective's issuer
     at a fixed depth). Where a compiled frame calls the guard's own work (the comm hook
     from a compiled ``train_step``'s backward, the record, the Runner's hook at the first
     step), tracing it would guard on what it reads and changes, which differs at each call:
-    a recompile per call."""
+    a recompile per call. One wrapper per function (cached), so that callers may ask for it
+    where it is needed, at each build or activation, and compiled frames that guard on it
+    see the same object. Loads Dynamo: never called at import."""
     disable = getattr(getattr(torch, 'compiler', None), 'disable', None)  # torch >= 2.1
     if disable is None and hasattr(torch, 'compile'):
         from torch import _dynamo  # torch 2.0

@@ -121,8 +121,7 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
                            dict(kwargs, detect_anomalous_params=detect_anomalous_params))
         self._runner = weakref.ref(runner) if runner is not None else None
         global _add_stall_phase_hook_untraced
-        if _add_stall_phase_hook_untraced is _add_stall_phase_hook:
-            _add_stall_phase_hook_untraced = untraced(_add_stall_phase_hook)
+        _add_stall_phase_hook_untraced = untraced(_add_stall_phase_hook)
 
     def train_step(self, data: Union[dict, tuple, list],
                    optim_wrapper: OptimWrapper) -> Dict[str, torch.Tensor]:
@@ -172,7 +171,6 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
         self._runner = None
 
 
-
 def _add_stall_phase_hook(wrapper: GuardedDDP) -> None:
     """Once, at the first step (the Runner registers its hooks after building us)."""
     from .hooks.stall_phase_hook import StallPhaseHook
@@ -182,9 +180,9 @@ def _add_stall_phase_hook(wrapper: GuardedDDP) -> None:
         runner.register_hook(StallPhaseHook())
 
 
-#: ``_add_stall_phase_hook`` as the first step calls it, made untraced at the first build
-#: (inside a compiled train_step, traced, it would be a frame of its own); untraced() loads
-#: Dynamo, which importing the package must not do.
+#: ``_add_stall_phase_hook`` as the first step calls it, made untraced at each build (one
+#: wrapper, cached; inside a compiled train_step, traced, it would be a frame of its own);
+#: untraced() loads Dynamo, which importing the package must not do.
 _add_stall_phase_hook_untraced: Callable[[GuardedDDP], None] = _add_stall_phase_hook
 
 

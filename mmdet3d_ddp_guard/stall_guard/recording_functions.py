@@ -109,19 +109,16 @@ def _recording(op: str, original):
 
 
 # The record's two calls, through one frame (the issuer is read at a fixed depth), made
-# untraced at the first activation: untraced() loads Dynamo, which importing the package
-# must not do, and nothing is recorded before a log is active.
+# untraced at activation: untraced() loads Dynamo, which importing the package must not do,
+# and nothing is recorded before a log is active.
 _record = through_one_frame(CollectiveLog.record_call)
 _take_back = through_one_frame(CollectiveLog.take_back)
-_untraced = False
 
 
 def _untraced_record() -> None:
-    global _record, _take_back, _untraced
-    if not _untraced:
-        _record = untraced(CollectiveLog.record_call)
-        _take_back = untraced(CollectiveLog.take_back)
-        _untraced = True
+    global _record, _take_back
+    _record = untraced(CollectiveLog.record_call)
+    _take_back = untraced(CollectiveLog.take_back)
 
 
 def _not_compiled_on_their_own() -> None:
