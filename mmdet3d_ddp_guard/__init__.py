@@ -26,11 +26,12 @@ from .environment.versions import check_torch
 # Before the modules below, so that an unsupported torch gets this message, not theirs.
 check_torch(torch.__version__)
 
-from .environment.frameworks import MMCV1, MMENGINE, installed_frameworks  # noqa: E402
+from .environment.frameworks import installed_frameworks  # noqa: E402
 from .guard.decision_policy import Decision  # noqa: E402
 from .guard.errors import StaticGraphChangedError, UnusedParametersError  # noqa: E402
 from .guard.iteration_usage import IterationUsage  # noqa: E402
 from .guard.usage_record import ParamUsageRecord  # noqa: E402
+from .messages.framework_names import MMCV1, MMENGINE  # noqa: E402
 from .version import __version__  # noqa: E402
 
 __all__ = [

@@ -31,10 +31,11 @@ import sys
 import tempfile
 from typing import Mapping, Optional
 
-from ..environment.frameworks import MMCV1, MMENGINE, installed_frameworks
+from ..environment.frameworks import installed_frameworks
 from ..guard.forward_collectives import sync_norm_cfg_keys
 from ..messages.config_lines import LINES
 from ..messages.ddp_outcome import OK
+from ..messages.framework_names import FRAMEWORK_NAMES, MMCV1, MMENGINE
 from ..rank_simulation.check_report import MAX_TABLE_ROWS, import_line, report
 from ..rank_simulation.config_framework import config_file_keys, config_framework, written_for
 from ..rank_simulation.ddp_prediction import plot_prediction, predict, write_json
@@ -43,9 +44,6 @@ from ..reporting.summary import summary_dict, write_summary
 
 PLAIN_DDP_BREAKS = 1
 BAD_USAGE = 2
-#: The frameworks as the usage errors name them.
-FRAMEWORK_NAMES = {MMENGINE: 'MMEngine (OpenMMLab 2.x)',
-                   MMCV1: 'mmcv-full 1.x (OpenMMLab 1.x: mmdet 2.x, mmdet3d 0.x)'}
 #: The config key each framework's training takes its seed from (``--seed`` sets it; the
 #: mmcv 1.x train scripts set ``cfg.seed`` from their own ``--seed`` whatever the config says).
 SEED_KEYS = {MMENGINE: 'randomness.seed', MMCV1: 'seed'}

@@ -13,8 +13,9 @@ import logging
 import os.path as osp
 import sys
 
-from ..environment.frameworks import MMCV1, MMENGINE, installed_frameworks
+from ..environment.frameworks import installed_frameworks
 from ..messages.config_lines import LINES
+from ..messages.framework_names import MMCV1, MMENGINE
 from ..reporting.history_file import (RecordedTable, history_path, missing_iterations,
                                       read_history, replay_statistics, table_path)
 from ..reporting.summary import summary_dict, summary_text, write_summary

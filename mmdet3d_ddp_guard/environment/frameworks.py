@@ -3,10 +3,8 @@ finding out imports neither (``import mmcv`` 1.x is slow, and mmcv 2.x pulls MME
 from importlib import metadata
 from typing import Dict, Optional
 
+from ..messages.framework_names import MMCV1, MMENGINE
 from .versions import major_minor
-
-#: The names of the frameworks, one per adapter (openmmlab2, openmmlab1).
-MMENGINE, MMCV1 = 'mmengine', 'mmcv-full'
 
 
 def _distribution_version(name: str) -> Optional[str]:

@@ -23,6 +23,9 @@ import sys
 import warnings
 from typing import Collection, Optional, Tuple
 
+from ..messages.config_lines import MMENGINE_LINES
+from ..messages.framework_names import MMCV1, MMENGINE
+
 #: The oldest torch this package is tested on (torch 1.9.1, Python 3.8).
 MIN_TORCH = (1, 9)
 #: The torches the version matrix runs (tools/version_matrix.sh), named in the refusal.
@@ -55,10 +58,9 @@ def _dotted(version: Tuple[int, int]) -> str:
 def _without_the_guard(frameworks: Optional[Collection[str]]) -> str:
     """How to train without the guard, in the words of the frameworks installed: under
     MMEngine the config also names GuardedDDP, which mmcv 1.x's configs never do."""
-    # Imported here: both modules import this one, and reading the installed distributions
-    # imports no framework.
-    from ..messages.config_lines import MMENGINE_LINES
-    from .frameworks import MMCV1, MMENGINE, installed_frameworks
+    # Imported here, as .frameworks imports this module; reading the installed
+    # distributions imports no framework.
+    from .frameworks import installed_frameworks
     if frameworks is None:
         try:
             frameworks = installed_frameworks()
@@ -81,7 +83,8 @@ def check_torch(torch_version: str,
                 frameworks: Optional[Collection[str]] = None) -> None:
     """Raises RuntimeError, naming the supported range and the fix, on an unsupported
     torch or Python; warns once on a torch newer than the newest tested. ``frameworks``
-    (core.frameworks' names) picks the words of the fix; by default the installed ones."""
+    (:mod:`..messages.framework_names`' names) picks the words of the fix; by default the
+    installed ones."""
     if tuple(python_version) < MIN_PYTHON:
         raise RuntimeError(
             f'mmdet3d_ddp_guard needs Python >= {_dotted(MIN_PYTHON)}, but this is Python '

@@ -15,8 +15,8 @@ is said at build, once, as a warning.
 """
 from typing import Optional
 
-from ..environment.frameworks import MMENGINE
 from ..messages.config_lines import ConfigLines
+from ..messages.framework_names import MMENGINE
 from .decision_policy import Mode
 from .param_table import ParamTable
 

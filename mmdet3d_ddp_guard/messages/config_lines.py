@@ -10,7 +10,7 @@ works where they paste it.
 """
 from dataclasses import dataclass
 
-from ..environment.frameworks import MMCV1, MMENGINE
+from .framework_names import MMCV1, MMENGINE
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class ConfigLines:
     """One framework's words for the guard.
 
     Attributes:
-        framework (str): ``MMENGINE`` or ``MMCV1`` (core.frameworks).
+        framework (str): ``MMENGINE`` or ``MMCV1`` (:mod:`.framework_names`).
         wrapper (str): The guarded wrapper as the user knows it, first word of its messages.
         guard (str): The config line that puts the guard on a run.
         mode_template (str): The line that sets ``find_unused_parameters``; ``{value}``.

@@ -8,9 +8,9 @@ and the optional hook.
 """
 from typing import Any, Mapping, Optional, Sequence
 
-from ..environment.frameworks import MMCV1, MMENGINE
 from ..messages.config_lines import MMCV1_LINES
 from ..messages.ddp_outcome import HANGS
+from ..messages.framework_names import MMCV1, MMENGINE
 from ..reporting.summary import summary_text
 from .ddp_prediction import prediction_text
 

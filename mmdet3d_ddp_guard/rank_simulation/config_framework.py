@@ -9,7 +9,8 @@ import ast
 import os.path as osp
 from typing import Any, Dict, Mapping, Optional
 
-from ..environment.frameworks import MMCV1, MMENGINE, installed_frameworks
+from ..environment.frameworks import installed_frameworks
+from ..messages.framework_names import MMCV1, MMENGINE
 
 #: Top-level keys only an MMEngine config has (mmcv 1.x reads none of them).
 MMENGINE_MARKERS = ('optim_wrapper', 'train_dataloader', 'default_scope')
