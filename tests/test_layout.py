@@ -1,8 +1,7 @@
 """The package's architecture, read from its imports: one folder per concern, the
 framework-free ones importing torch and each other only, and two adapters that each import
 one framework and never the other's (so that ``import mmdet3d_ddp_guard`` works where only one
-is installed). The rank simulation's framework modules follow their adapter's rule; and
-every module opens with the concern it holds."""
+is installed). Every module opens with the concern it holds."""
 import ast
 import os
 import os.path as osp
@@ -18,8 +17,6 @@ ADAPTERS = {
     'openmmlab2': ('mmengine', 'mmcv', 'mmdet', 'mmdet3d'),
     'openmmlab1': ('mmcv', 'mmdet', 'mmdet3d'),
 }
-RANK_SIMULATION_ADAPTERS = {'mmengine_ranks.py': 'openmmlab2', 'mmcv1_ranks.py': 'openmmlab1',
-                            'mmcv1_loaders.py': 'openmmlab1'}
 MMCV1_ONLY = ('mmcv.parallel', 'mmcv.runner', 'mmcv.utils')
 # What each framework-free folder may read of the package: the arrows run one way, from the
 # product's use (reports, the rank simulation) down to the mechanism and the environment.
@@ -64,22 +61,15 @@ def test_every_folder_of_the_package_is_a_concern_named_here():
 @pytest.mark.parametrize('folder', sorted(READS))
 def test_framework_free_folders_import_torch_and_what_they_may_read(folder):
     for path, module in _imports(folder):
-        if osp.basename(path) in RANK_SIMULATION_ADAPTERS:
-            continue
         assert module.split('.')[0] not in FRAMEWORKS, (path, module)
         if module.startswith('mmdet3d_ddp_guard.'):
             assert module.split('.')[1] in READS[folder] + ('version', ), (path, module)
 
 
-@pytest.mark.parametrize('adapter', sorted(ADAPTERS) + sorted(RANK_SIMULATION_ADAPTERS))
+@pytest.mark.parametrize('adapter', sorted(ADAPTERS))
 def test_an_adapter_imports_its_framework_and_not_the_other_adapter(adapter):
-    if adapter in RANK_SIMULATION_ADAPTERS:
-        imports = _imports('rank_simulation', {adapter})
-        adapter = RANK_SIMULATION_ADAPTERS[adapter]
-    else:
-        imports = _imports(adapter)
     other = next(name for name in ADAPTERS if name != adapter)
-    for path, module in imports:
+    for path, module in _imports(adapter):
         assert not module.startswith(f'mmdet3d_ddp_guard.{other}'), (path, module)
         if module.split('.')[0] in FRAMEWORKS:
             assert module.split('.')[0] in ADAPTERS[adapter], (path, module)

@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 
-from mmdet3d_ddp_guard.rank_simulation.mmengine_ranks import build_sampler_as_rank
+from mmdet3d_ddp_guard.openmmlab2.rank_simulation import build_sampler_as_rank
 from tests.dist_utils import run_distributed
 
 SAMPLERS = [dict(type='DefaultSampler', shuffle=True, seed=3),

@@ -1,8 +1,8 @@
 """Would plain DDP fail or hang on this config with N GPUs? One process, no GPU, no launcher.
 
 Simulates ``--world-size`` ranks for ``--iters`` iterations (see
-:mod:`mmdet3d_ddp_guard.rank_simulation.mmengine_ranks` for an MMEngine config and
-:mod:`mmdet3d_ddp_guard.rank_simulation.mmcv1_ranks` for an mmcv-full 1.x one, chosen by
+:mod:`mmdet3d_ddp_guard.openmmlab2.rank_simulation` for an MMEngine config and
+:mod:`mmdet3d_ddp_guard.openmmlab1.rank_simulation` for an mmcv-full 1.x one, chosen by
 :func:`config_framework`): every iteration runs the batch that the
 config's sampler hands each rank through the real model, records which parameters each rank left
 unused and which SyncBN-type layers ran where, then steps the config's optimizer once. It
@@ -49,32 +49,35 @@ BAD_USAGE = 2
 SEED_KEYS = {MMENGINE: 'randomness.seed', MMCV1: 'seed'}
 
 
+def _config_reading(framework: str):
+    """``framework``'s adapter module that reads a config (its ``load_config`` and
+    ``DictAction``)."""
+    # Imported here, so that the command works where only one framework is installed.
+    if framework == MMCV1:
+        from ..openmmlab1 import config_reading
+    else:
+        from ..openmmlab2 import config_reading
+    return config_reading
+
+
 def load_config(path: str, framework: str):
     """The config at ``path`` read by ``framework``'s ``Config`` (custom imports done)."""
-    if framework == MMCV1:
-        from mmcv import Config
-    else:
-        from mmengine.config import Config
-    return Config.fromfile(path)
+    return _config_reading(framework).load_config(path)
 
 
 def _simulation_class(framework: str):
     # Imported here, so that the command works where only one framework is installed.
     if framework == MMCV1:
-        from ..rank_simulation.mmcv1_ranks import RankSimulation
+        from ..openmmlab1.rank_simulation import RankSimulation
     else:
-        from ..rank_simulation.mmengine_ranks import RankSimulation
+        from ..openmmlab2.rank_simulation import RankSimulation
     return RankSimulation
 
 
 def _dict_action():
     """``--cfg-options``' action: MMEngine's where installed, else mmcv 1.x's (the same
     ``key=value`` syntax)."""
-    if MMENGINE in installed_frameworks():
-        from mmengine.config import DictAction
-    else:
-        from mmcv import DictAction
-    return DictAction
+    return _config_reading(MMENGINE if MMENGINE in installed_frameworks() else MMCV1).DictAction
 
 
 def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE,

@@ -6,7 +6,8 @@ Importing it (``custom_imports = dict(imports=['mmdet3d_ddp_guard'])``) guards e
 ``StallPhaseHook`` in mmcv's ``HOOKS``, makes ``BaseRunner.load_checkpoint`` keep the loaded
 checkpoint's meta for the hook, and, without CUDA, lets ``launcher='pytorch'`` train
 (:mod:`.cpu_launch`). :mod:`.import_changes` lists every such change, with its reason, and
-makes the patches.
+makes the patches. ``check``'s mmcv-full 1.x half (:mod:`.rank_simulation`,
+:mod:`.training_loaders`, :mod:`.config_reading`) is imported by the command only.
 """
 import mmcv
 

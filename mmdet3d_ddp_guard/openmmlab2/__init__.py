@@ -6,7 +6,8 @@ in its root ``HOOKS``; without CUDA, lets MMEngine's ``launcher='pytorch'`` star
 (:mod:`.cpu_launch`); and on torch >= 2.6 lets MMEngine's checkpoint loading (``--resume``,
 ``load_from``) read MMEngine's own checkpoints with ``weights_only=True``
 (:mod:`.checkpoint_safe_globals`). :mod:`.import_changes` lists every such change, with its
-reason, and makes the patches.
+reason, and makes the patches. ``check``'s MMEngine half (:mod:`.rank_simulation`,
+:mod:`.config_reading`) is imported by the command only.
 """
 import mmengine
 

@@ -1,7 +1,8 @@
-"""``check --world-size N``: N ranks of DDP simulated in one process, and its report.
-:mod:`.config_framework` tells which framework a config is written for; :mod:`.simulated_ranks`
-runs the ranks the same way for both frameworks; :mod:`.mmengine_ranks` and :mod:`.mmcv1_ranks`
-(its loaders per rank in :mod:`.mmcv1_loaders`) build a config's model, optimizer and data each
-its framework's way; :mod:`.ddp_prediction` says what plain DDP would do and
+"""``check --world-size N``: N ranks of DDP simulated in one process, and its report, without
+a framework. :mod:`.config_framework` tells which framework a config is written for;
+:mod:`.simulated_ranks` runs the ranks the same way for both frameworks, driven by each
+adapter's ``rank_simulation`` module (:mod:`..openmmlab2.rank_simulation`,
+:mod:`..openmmlab1.rank_simulation`), which builds a config's model, optimizer and data its
+framework's way; :mod:`.ddp_prediction` says what plain DDP would do and
 :mod:`.check_report` is the text ``check`` prints; layers with a collective in their forward
 are read by :mod:`..guard.forward_collectives`."""

@@ -258,9 +258,9 @@ def test_the_advised_line_pasted_at_the_end_keeps_the_configs_imports(tmp_path):
 def test_the_plugins_own_build_dataloader_is_found_and_called_as_the_codebases_call_it():
     from mmcv import Config
 
+    from mmdet3d_ddp_guard.openmmlab1.training_loaders import (codebase_build_dataloader,
+                                                             codebase_loader_args)
     from mmdet3d_ddp_guard.rank_simulation.simulated_ranks import SimulationError
-    from mmdet3d_ddp_guard.rank_simulation.mmcv1_loaders import (codebase_build_dataloader,
-                                                                codebase_loader_args)
     build = codebase_build_dataloader(PLUGIN)
     assert build.__module__ == f'{PLUGIN}.datasets.builder'
     # No plugin, or a plugin package without datasets: mmdet's builder.
@@ -356,9 +356,9 @@ def test_a_seed_out_of_numpys_range_is_bad_usage(capsys):
 def test_a_builder_gets_only_the_arguments_its_signature_names():
     from mmdet.datasets import build_dataloader as mmdet_2_28
 
+    from mmdet3d_ddp_guard.openmmlab1.training_loaders import (codebase_loader_args,
+                                                             loader_args, taken_args)
     from mmdet3d_ddp_guard.rank_simulation.simulated_ranks import SimulationError
-    from mmdet3d_ddp_guard.rank_simulation.mmcv1_loaders import (codebase_loader_args,
-                                                                loader_args, taken_args)
     from tests.openmmlab1.projects.mmdet_2_14_builder import build_dataloader as mmdet_2_14
     cfg = load_config(SAMPLERS_CONFIG, MMCV1)
     common = dict(samples_per_gpu=1, workers_per_gpu=0, seed=0, shuffle=False)
@@ -413,8 +413,8 @@ def test_mmdet_2_14s_builder_on_a_bev_shaped_config_orders_the_data_by_seed_0(
 def test_the_plugin_module_is_the_one_the_bev_train_scripts_import():
     from mmcv import Config
 
+    from mmdet3d_ddp_guard.openmmlab1.rank_simulation import plugin_module
     from mmdet3d_ddp_guard.rank_simulation.simulated_ranks import SimulationError
-    from mmdet3d_ddp_guard.rank_simulation.mmcv1_ranks import plugin_module
 
     def module(config_path='projects/configs/bevformer/bevformer_tiny.py', **keys):
         return plugin_module(Config(keys), config_path)

@@ -1,9 +1,10 @@
-"""N ranks of mmcv-full 1.x DDP training (mmdet 2.x, mmdet3d 0.x), simulated in one process.
+"""mmcv-full 1.x's half of ``check --world-size N``: N ranks of DDP training (mmdet 2.x,
+mmdet3d 0.x), simulated in one process.
 
-The 1.x twin of :mod:`.mmengine_ranks`, sharing its framework-free half
-(:class:`~.simulated_ranks.SimulatedRanks`).
+The 1.x twin of :mod:`..openmmlab2.rank_simulation`, sharing its framework-free half
+(:class:`~..rank_simulation.simulated_ranks.SimulatedRanks`).
 Each simulated iteration takes the N batches that the training's ``build_dataloader`` hands
-ranks 0..N-1 of N (:mod:`.mmcv1_loaders`: the codebase's own where the config's plugin
+ranks 0..N-1 of N (:mod:`.training_loaders`: the codebase's own where the config's plugin
 package, imported as the BEV codebases' ``tools/train.py`` imports it (:func:`plugin_module`),
 has one, else mmdet's), with the seed ``tools/train.py`` sets as ``cfg.seed``: its ``--seed``,
 0 by default in the BEV codebases, whatever the config's own ``seed`` says. It collates them
@@ -17,9 +18,10 @@ What it cannot see, besides what the MMEngine simulation cannot (code branching 
 rank, per-rank augmentation randomness, batch-norm synchronisation, and a rank's own
 memory between iterations: the simulated ranks share one model instance, so a streaming
 model's memory, StreamPETR's memory queue or Sparse4D's instance bank, holds the previous
-simulated rank's state, see :mod:`.simulated_ranks`): learning-rate and momentum hooks (the
-optimizer keeps the config's lr), fp16 and gradient-accumulation optimizer hooks (one plain
-step per iteration), and layers that need CUDA (the model runs on the CPU).
+simulated rank's state, see :mod:`..rank_simulation.simulated_ranks`): learning-rate and
+momentum hooks (the optimizer keeps the config's lr), fp16 and gradient-accumulation
+optimizer hooks (one plain step per iteration), and layers that need CUDA (the model runs on
+the CPU).
 """
 import os
 from typing import Optional, Tuple
@@ -28,10 +30,11 @@ from mmcv import Config
 from mmcv.runner import OptimizerHook, build_optimizer
 from mmdet.apis import set_random_seed
 
-from ..openmmlab1.cpu_launch import unwrap_for_one_device
-from .mmcv1_loaders import training_loaders
-from .simulated_ranks import (SimulatedIteration, SimulatedRanks, SimulationError,
-                              endless_batches, import_codebase_module)
+from ..rank_simulation.simulated_ranks import (SimulatedIteration, SimulatedRanks,
+                                               SimulationError, endless_batches,
+                                               import_codebase_module)
+from .cpu_launch import unwrap_for_one_device
+from .training_loaders import training_loaders
 
 #: ``tools/train.py --seed``'s default in BEVFormer, UniAD, StreamPETR and PETR (and
 #: mmdet3d 0.17.1's): ``default=0``, then ``cfg.seed = args.seed`` over the config's ``seed``.

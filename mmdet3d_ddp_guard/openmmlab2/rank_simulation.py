@@ -1,4 +1,5 @@
-"""N ranks of DDP training, simulated in one process, one model copy, no process group.
+"""MMEngine's half of ``check --world-size N``: N ranks of DDP training, simulated in one
+process, one model copy, no process group.
 
 Each simulated iteration takes the N batches that the config's own sampler
 (``DefaultSampler``, ``InfiniteSampler``, ... built as rank 0..N-1 of N, with the config's
@@ -7,7 +8,8 @@ and loss forward and backward, records which parameters autograd did not reach o
 rank (the :class:`ParamUsageRecord` that GuardedDDP and UnusedParamsHook read) and which
 SyncBN-type layers ran, and then takes one optimizer step on the rank-averaged gradient, as
 DDP (with the unused ranks counting zero, as under ``find_unused_parameters=True`` or
-GuardedDDP) would. :mod:`.ddp_prediction` turns the record into ok / fails / hangs.
+GuardedDDP) would. :mod:`..rank_simulation.ddp_prediction` turns the record into ok / fails /
+hangs.
 
 What it cannot see: code that branches on ``dist.get_rank()`` (here every rank is rank 0),
 per-rank randomness of augmentation (one random stream feeds all simulated ranks), batch-norm
@@ -27,8 +29,8 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DATA_SAMPLERS, DATASETS, MODELS, init_default_scope
 from mmengine.runner import Runner, set_random_seed
 
-from .simulated_ranks import (SimulatedIteration, SimulatedRanks, SimulationError, dist_info_of,
-                              endless_batches)
+from ..rank_simulation.simulated_ranks import (SimulatedIteration, SimulatedRanks,
+                                               SimulationError, dist_info_of, endless_batches)
 
 
 class RankSimulation(SimulatedRanks):

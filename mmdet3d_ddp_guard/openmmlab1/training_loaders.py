@@ -1,4 +1,5 @@
-"""The training's data loader per simulated rank, built as mmcv-full 1.x training builds it.
+"""The training's data loader per simulated rank of ``check``, built as mmcv-full 1.x
+training builds it.
 
 :func:`training_loaders` builds the loaders that the training's ``build_dataloader`` hands
 ranks 0..N-1 of N (``dist=True``, with the seed ``tools/train.py`` sets as ``cfg.seed``), each
@@ -6,7 +7,7 @@ builder given only the arguments its signature names (:func:`taken_args`):
 
 - the codebase's own, where the config's plugin package (``plugin=True``, ``plugin_dir``,
   imported as the BEV codebases' ``tools/train.py`` imports it:
-  :func:`~.mmcv1_ranks.plugin_module`) has one in ``<plugin>.datasets.builder`` or
+  :func:`~.rank_simulation.plugin_module`) has one in ``<plugin>.datasets.builder`` or
   ``<plugin>.datasets``
   (BEVFormer, UniAD, StreamPETR: ``projects/mmdet3d_plugin/datasets/builder.py``), called as
   their ``custom_train_detector`` calls it: ``data.samples_per_gpu``, ``shuffle`` left True,
@@ -25,8 +26,8 @@ from typing import Callable, Dict, List, Optional, Set
 from mmcv import Config
 from mmdet.datasets import builder
 
-from .config_framework import MMCV1_RUNNERS
-from .simulated_ranks import SimulationError, dist_info_of
+from ..rank_simulation.config_framework import MMCV1_RUNNERS
+from ..rank_simulation.simulated_ranks import SimulationError, dist_info_of
 
 #: ``train_detector``'s defaults under ``data.train_dataloader`` (mmdet 2.x apis/train.py).
 LOADER_DEFAULTS = dict(samples_per_gpu=2, workers_per_gpu=2, persistent_workers=False)
@@ -43,7 +44,8 @@ def training_loaders(cfg: Config, dataset, plugin: Optional[str], seed: int,
     Args:
         cfg (Config): The training config.
         dataset (Dataset): The training dataset.
-        plugin (str): The plugin's module name (:func:`~.mmcv1_ranks.plugin_module`), or None.
+        plugin (str): The plugin's module name (:func:`~.rank_simulation.plugin_module`), or
+            None.
         seed (int): The seed ``tools/train.py`` sets as ``cfg.seed``.
         world_size (int): Number of simulated ranks.
     """
@@ -114,7 +116,8 @@ def codebase_build_dataloader(plugin: Optional[str]) -> Optional[Callable]:
     is not its own).
 
     Args:
-        plugin (str): The plugin's module name (:func:`~.mmcv1_ranks.plugin_module`), or None.
+        plugin (str): The plugin's module name (:func:`~.rank_simulation.plugin_module`), or
+            None.
     """
     if plugin is None:
         return None
