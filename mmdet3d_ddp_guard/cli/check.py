@@ -32,13 +32,13 @@ import tempfile
 from typing import Mapping, Optional
 
 from ..environment.frameworks import installed_frameworks
-from ..guard.forward_collectives import sync_norm_cfg_keys
 from ..messages.config_lines import LINES
 from ..messages.ddp_outcome import OK
 from ..messages.framework_names import FRAMEWORK_NAMES, MMCV1, MMENGINE
 from ..rank_simulation.check_report import MAX_TABLE_ROWS, import_line, report
 from ..rank_simulation.config_framework import config_file_keys, config_framework, written_for
 from ..rank_simulation.ddp_prediction import plot_prediction, predict, write_json
+from ..rank_simulation.forward_collective_counts import sync_norm_cfg_keys
 from ..rank_simulation.simulated_ranks import SimulationError, import_codebase_module
 from ..reporting.summary import summary_dict, write_summary
 

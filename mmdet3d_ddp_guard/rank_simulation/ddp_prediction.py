@@ -14,9 +14,9 @@ Rules (torch's DDP, verified in this project's tests and notes):
 import json
 from typing import Dict, List, Optional, Sequence
 
-from ..guard.forward_collectives import config_key_of
 from ..guard.param_table import ParamTable
 from ..messages.ddp_outcome import FAILS, HANGS, OK, PLAIN_DDP
+from .forward_collective_counts import config_key_of
 from .simulated_ranks import SimulatedIteration
 
 
@@ -30,7 +30,7 @@ def predict(table: ParamTable, iterations: Sequence[SimulatedIteration], world_s
         world_size (int): Number of simulated ranks.
         collective_types (dict[str, str]): SyncBN-type layer name -> its class name.
         sync_norm_keys (list[str]): Config keys that build SyncBN-type layers (see
-            :func:`sync_norm_cfg_keys`), to name the one to change.
+            :func:`.forward_collective_counts.sync_norm_cfg_keys`), to name the one to change.
     """
     per_iteration, skipped = [], []
     for it in iterations:

@@ -23,9 +23,9 @@ from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 import torch.nn as nn
 
-from ..guard.forward_collectives import ForwardCollectiveCounter
 from ..guard.iteration_usage import IterationUsage
 from ..guard.usage_record import ParamUsageRecord
+from .forward_collective_counts import ForwardCollectiveCounter
 
 
 @dataclass(frozen=True)
