@@ -13,10 +13,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mmdet3d_ddp_guard.guard.completion import UnusedCompletion
 from mmdet3d_ddp_guard.messages.config_lines import MMCV1_LINES, MMENGINE_LINES
-from mmdet3d_ddp_guard.guard.decision_policy import (CONFIG_TOP_LEVEL, DecisionPolicy,
-                                                    not_given, resolve_request)
+from mmdet3d_ddp_guard.guard.decision_policy import DecisionPolicy
+from mmdet3d_ddp_guard.messages.mode_request import CONFIG_TOP_LEVEL, not_given, read_request
 from mmdet3d_ddp_guard.guard.errors import static_graph_changed_error, unused_parameters_error
-from mmdet3d_ddp_guard.environment.frameworks import MMCV1, MMENGINE
+from mmdet3d_ddp_guard.messages.framework_names import MMCV1, MMENGINE
 from mmdet3d_ddp_guard.guard.param_table import ParamTable
 from mmdet3d_ddp_guard.stall_guard import check_stall_timeout
 from mmdet3d_ddp_guard.guard.usage_record import ParamUsageRecord
@@ -95,7 +95,7 @@ def test_a_bad_stall_timeout_names_the_framework_s_option(fix):
 
 def test_a_bad_mode_names_the_framework_s_line(fix):
     with pytest.raises(TypeError) as raised:
-        resolve_request(not_given(), 1, built_by_runner=False, lines=fix['lines'])
+        read_request(not_given(), 1, built_by_runner=False, lines=fix['lines'])
     assert str(raised.value).startswith(fix['wrapper'])
     assert str(raised.value).endswith(fix['mode'])
 
@@ -158,9 +158,9 @@ def test_a_comm_hook_that_replaced_the_guard_s_is_named_in_the_framework_s_words
     model = ToyDetector('skip_odd')
     completion = UnusedCompletion(SimpleNamespace(process_group=None), ParamUsageRecord(model),
                                   DecisionPolicy('auto', 'default', False, fix['lines']),
-                                  lambda count: count, print)
+                                  print)
     with pytest.raises(RuntimeError) as raised:
-        completion.settle(reduces=True)
+        completion.settle(reduces=True, iteration=0)
     assert str(raised.value) == fix['comm_hook']
     if fix['framework'] == MMCV1:
         assert not any(word in str(raised.value) for word in MMENGINE_ONLY)

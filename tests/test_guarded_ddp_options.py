@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from mmdet3d_ddp_guard import GuardedDDP
-from mmdet3d_ddp_guard.guard.decision_policy import not_given, resolve_request
+from mmdet3d_ddp_guard.messages.mode_request import not_given, read_request
 from tests.toys import ToyDetector
 from tests.dist_utils import DistributedRunError, run_distributed
 from tests.scenarios import strict_stop_message, train_toy
@@ -71,14 +71,14 @@ def test_explicit_settings_are_honoured_and_train():
         assert results[0]['usage'] == results[0]['expected']
 
 
-def test_resolve_request_reads_both_places_and_refuses_contradictions():
-    assert resolve_request(not_given()) == ('auto', 'default')
-    assert resolve_request(not_given(), True) == (True, 'config top-level '
+def test_read_request_reads_both_places_and_refuses_contradictions():
+    assert read_request(not_given()) == ('auto', 'default')
+    assert read_request(not_given(), True) == (True, 'config top-level '
                                                         'find_unused_parameters')
-    assert resolve_request(False, not_given()) == (False, 'model_wrapper_cfg')
-    assert resolve_request('auto', 'auto')[0] == 'auto'
+    assert read_request(False, not_given()) == (False, 'model_wrapper_cfg')
+    assert read_request('auto', 'auto')[0] == 'auto'
     with pytest.raises(ValueError, match='sets find_unused_parameters twice'):
-        resolve_request(False, True)
+        read_request(False, True)
 
 
 @pytest.mark.parametrize('kwargs, error, words', [

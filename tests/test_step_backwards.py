@@ -1,42 +1,40 @@
 """When a training step's backwards are over (guard/step_backwards.py), on every torch of the
 version matrix: one process, real autograd, real reentrant checkpointing; the settling is a
-stand-in that completes unreached parameters with zeros, as the mmcv 1.x adapter's does
-(tests/openmmlab1/test_step_backwards.py trains the adapter itself on 2 ranks)."""
+stand-in for the guarded wrapper that completes unreached parameters with zeros, as the
+mmcv 1.x adapter's settling does (tests/openmmlab1/test_step_backwards.py trains the adapter
+itself on 2 ranks)."""
 import pytest
 import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
-from mmdet3d_ddp_guard.guard.step_backwards import StepBackwards
+from mmdet3d_ddp_guard.guard.step_backwards import StepBackwards, StepErrorTexts
 from mmdet3d_ddp_guard.guard.usage_record import ParamUsageRecord
 
-
-class LateBackward(Exception):
-    pass
-
-
-class BackwardRaised(Exception):
-    pass
-
-
-class PartialBackward(Exception):
-    pass
+# The texts name the error and what it carries, so that the tests can read them back.
+TEXTS = StepErrorTexts(own_backward_in_train_step='own backward: {model}',
+                       late_backward='{param}', backward_raised='raised: {hook}',
+                       partial_backward='partial: {hook}')
 
 
 class Steps:
-    """A model, its record and a StepBackwards whose settling is recorded."""
+    """A model, its record and a StepBackwards whose settling is recorded: the stand-in for
+    the guarded wrapper (its ``usage_record``, ``module``, ``enter_backward`` and
+    ``settle_after_backward``)."""
 
     def __init__(self):
         torch.manual_seed(0)
-        self.model = nn.ModuleDict(dict(trunk=nn.Linear(3, 3), head_a=nn.Linear(3, 1),
-                                        head_b=nn.Linear(3, 1)))
-        self.record = ParamUsageRecord(self.model)
+        self.model = self.module = nn.ModuleDict(dict(trunk=nn.Linear(3, 3),
+                                                      head_a=nn.Linear(3, 1),
+                                                      head_b=nn.Linear(3, 1)))
+        self.record = self.usage_record = ParamUsageRecord(self.model)
         self.settled = []  # per settling: names of the parameters reached by then
-        self.backwards = StepBackwards(self.record, lambda: None, self._ended,
-                                       LateBackward,
-                                       BackwardRaised, PartialBackward)
+        self.backwards = StepBackwards(self, TEXTS)
 
-    def _ended(self, reduces):
+    def enter_backward(self):
+        pass
+
+    def settle_after_backward(self, reduces, iteration):
         table = self.record.table
         self.settled.append(sorted(set(table.names) - {table.names[i]
                                                         for i in self.record.local_unused()}))
@@ -46,7 +44,7 @@ class Steps:
         return unreached
 
     def begin(self):
-        self.backwards.begin_step()
+        self.backwards.begin_step(0, 'the optimizer hook')
         self.record.start_iteration()
         self.model.zero_grad()
 
@@ -106,7 +104,7 @@ def test_a_later_backward_into_a_parameter_already_completed_is_an_error():
     loss_a.backward()
     assert steps.settled == [['head_a.bias', 'head_a.weight', 'trunk.bias', 'trunk.weight']]
     _, other_b = steps.losses()
-    with pytest.raises(LateBackward) as raised:
+    with pytest.raises(RuntimeError) as raised:
         other_b.backward()
     # head_b's first parameter the backward reaches (its weight's shape differs from the
     # trunk's and head_a's: found by identity, not compared as tensors).
@@ -119,7 +117,7 @@ def test_a_backward_that_left_part_of_the_returned_loss_is_named_at_the_next_ste
     loss_a, loss_b = steps.losses()
     steps.backwards.expect_backwards(loss_a + loss_b, reduces=True)
     loss_a.backward()
-    with pytest.raises(PartialBackward):
+    with pytest.raises(RuntimeError, match='^partial: '):
         steps.begin()
 
 
@@ -148,7 +146,7 @@ def test_a_backward_that_raises_leaves_nothing_behind(after_reaching):
     with pytest.raises(RuntimeError, match='out of memory'):
         loss.backward()
     if after_reaching:  # head_b was reached, so DDP's reducer holds it as ready
-        with pytest.raises(BackwardRaised):
+        with pytest.raises(RuntimeError, match='^raised: '):
             steps.begin()
         return
     steps.begin()  # clean: the next step settles as usual

@@ -6,6 +6,7 @@ records usage with, and DDP's graph search under gradient accumulation before to
 import inspect
 import re
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,9 +15,9 @@ from torch.nn.parallel import DistributedDataParallel
 from mmdet3d_ddp_guard.environment import ddp_compat
 from mmdet3d_ddp_guard.guard import accumulate_grad_hooks, step_backwards
 from mmdet3d_ddp_guard.messages.config_lines import MMENGINE_LINES
-from mmdet3d_ddp_guard.guard.decision_policy import (CONFIG_TOP_LEVEL, COMPLETE, FIND_UNUSED,
-                                                    initial_decision)
-from mmdet3d_ddp_guard.guard.step_backwards import StepBackwards
+from mmdet3d_ddp_guard.guard.decision_policy import COMPLETE, FIND_UNUSED, initial_decision
+from mmdet3d_ddp_guard.messages.mode_request import CONFIG_TOP_LEVEL
+from mmdet3d_ddp_guard.guard.step_backwards import StepBackwards, StepErrorTexts
 from mmdet3d_ddp_guard.guard.usage_record import ParamUsageRecord
 from mmdet3d_ddp_guard.environment.versions import (check_mmcv_full, check_mmengine, check_torch,
                                              graph_search_accumulates_right)
@@ -132,7 +133,17 @@ def _backward_ends_seen_by_step_backwards(rank, world_size):
     params = list(model.parameters())
     calls, grads = [], []
 
-    def ended(reduces):
+    class Wrapper:
+        """The guarded wrapper's part that StepBackwards calls, with a stand-in settling."""
+        usage_record, module = record, model
+
+        def enter_backward(self):
+            calls.append('started')
+
+        def settle_after_backward(self, reduces, iteration):
+            return ended()
+
+    def ended():
         calls.append('ended')
         unreached = [params[i] for i in record.local_unreached()]
         if unreached:
@@ -140,9 +151,8 @@ def _backward_ends_seen_by_step_backwards(rank, world_size):
         grads.append([p.grad.clone() for p in params])
         return unreached
 
-    never = AssertionError
-    backwards = StepBackwards(record, lambda: calls.append('started'), ended, never, never,
-                              never)
+    never = '{model}{param}{hook}: not expected'
+    backwards = StepBackwards(Wrapper(), StepErrorTexts(never, never, never, never))
 
     class Forward(torch.nn.Module):
         def forward(self, x):
@@ -150,7 +160,7 @@ def _backward_ends_seen_by_step_backwards(rank, world_size):
             return model['branch'](out) if rank == 0 else out
     ddp.module.forward = Forward().forward
     for _ in range(3):
-        backwards.begin_step()
+        backwards.begin_step(0, 'the optimizer hook')
         record.start_iteration()
         ddp.zero_grad()
         loss = ddp(torch.full((2, 4), rank + 1.0)).sum()
@@ -177,7 +187,7 @@ def test_a_torch_without_autograd_s_final_callbacks_is_refused_clearly(monkeypat
     monkeypatch.setattr(torch.autograd.Variable, '_execution_engine', object())
     with pytest.raises(RuntimeError, match=rf'torch {re.escape(torch.__version__)} has no '
                                            r'torch.autograd.Variable._execution_engine'):
-        StepBackwards(record, *[None] * 5)
+        StepBackwards(SimpleNamespace(usage_record=record), None)
 
 
 def test_a_torch_whose_function_backwards_cannot_be_told_is_refused_clearly(monkeypatch):
@@ -185,7 +195,7 @@ def test_a_torch_whose_function_backwards_cannot_be_told_is_refused_clearly(monk
     monkeypatch.setattr(step_backwards, '_FUNCTION_BACKWARD', None)
     with pytest.raises(RuntimeError, match=r'has no torch\.autograd\.function\.'
                                            r'BackwardCFunction\.apply, which the mmcv 1\.x'):
-        StepBackwards(record, *[None] * 5)
+        StepBackwards(SimpleNamespace(usage_record=record), None)
 
 
 @pytest.mark.timeout(300)

@@ -4,9 +4,10 @@ parameters no rank used, and the strict and static-graph stops.
 
 An adapter (MMEngine's GuardedDDP, mmcv 1.x's guarded MMDistributedDataParallel) builds one
 :class:`UnusedCompletion` per wrapper and calls :meth:`UnusedCompletion.settle` between the
-backward and the optimizer step, where its framework allows it. The completion takes what it
-needs when it is built (the DDP whose reducer it completes, the usage record, the policy, a
-source of iteration numbers, a logger), and never calls back into the wrapper.
+backward and the optimizer step, where its framework allows it, with the iteration the
+adapter read from its framework. The completion takes what it needs when it is built (the DDP
+whose reducer it completes, the usage record, the policy, a logger) or is called with, and
+never calls back into the wrapper.
 """
 from typing import Callable, List, Optional, Tuple
 
@@ -29,26 +30,23 @@ class UnusedCompletion:
             its gradient all-reduce goes through the comm hook that carries the counts.
         record (ParamUsageRecord): The usage record built on ``ddp``'s module before DDP.
         policy (DecisionPolicy): The decision, revised as the record resolves iterations.
-        iteration_of (callable): ``iteration_of(own_count)``: the framework's iteration
-            number, given how many backwards this completion has settled.
         log (callable): ``log(message)`` for the policy's revisions.
     """
 
     def __init__(self, ddp: DistributedDataParallel, record: ParamUsageRecord,
-                 policy: DecisionPolicy, iteration_of: Callable[[int], int],
-                 log: Callable[[str], None]):
+                 policy: DecisionPolicy, log: Callable[[str], None]):
         self.record = record
         self.policy = policy
-        self._iteration_of = iteration_of
         self._log = log
-        #: Backwards settled so far (every micro-step of an accumulation window counts).
+        #: Backwards settled so far (every micro-step of an accumulation window counts): the
+        #: iteration number an adapter gives outside its framework's runner.
         self.iterations_ended = 0
         self._counts: Optional[UnusedCountsState] = None
         # (this rank's unused ids, whether some were unreached) while the completion runs.
         self._completing: Optional[Tuple[Tuple[int, ...], bool]] = None
         self._static_graph_unused = None
         if policy.decision.mode in (Mode.COMPLETE, Mode.STRICT):
-            self._counts = UnusedCountsState(ddp.process_group, self._local_payload,
+            self._counts = UnusedCountsState(ddp.process_group, self._local_counts,
                                              policy.lines.wrapper)
             # DDP's own method: a wrapper may refuse user comm hooks in its override.
             DistributedDataParallel.register_comm_hook(ddp, self._counts,
@@ -76,18 +74,14 @@ class UnusedCompletion:
                 "already runs through the guard's comm hook, which carries the unused-"
                 f'parameter counts. To use your own comm hook, {fix}.')
 
-    def current_iteration(self) -> int:
-        """The iteration whose backward is next to be settled."""
-        return self._iteration_of(self.iterations_ended)
-
-    def settle(self, reduces: bool) -> List[torch.Tensor]:
-        """After a backward: ``reduces`` is False inside ``no_sync`` (accumulation). Returns
-        the parameters whose gradients it completed with zeros for DDP."""
+    def settle(self, reduces: bool, iteration: int) -> List[torch.Tensor]:
+        """After the backward of ``iteration``: ``reduces`` is False inside ``no_sync``
+        (accumulation). Returns the parameters whose gradients it completed with zeros for
+        DDP."""
         record = self.record
         local_unused = record.local_unused()
         # Only a backward that reduces leaves DDP's buckets waiting for unreached parameters.
         unreached = record.local_unreached() if reduces and local_unused else ()
-        iteration = self.current_iteration()
         self.iterations_ended += 1
         if self.policy.decision.mode == Mode.STATIC_GRAPH and reduces:
             self._check_static_graph(local_unused, iteration)
@@ -124,7 +118,7 @@ class UnusedCompletion:
         record.expect_counts(counts)
         return completed
 
-    def _local_payload(self, device, dtype) -> torch.Tensor:
+    def _local_counts(self, device, dtype) -> torch.Tensor:
         """This rank's part of the counts on DDP's last bucket (see the comm hook)."""
         record = self.record
         current, unreached = self._completing or (record.local_unused(), False)

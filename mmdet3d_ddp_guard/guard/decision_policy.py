@@ -1,24 +1,25 @@
-"""How GuardedDDP treats unused parameters: the modes, the user's request, and the evidence.
+"""How the guard treats unused parameters: the modes, the decision, and its revisions.
 
-The policy is kept apart from the wrapper so that it can be read (and tested) on its own:
-it turns what the user wrote into a :class:`Decision`, and re-reads the evidence of every
-iteration to say, in one block, what it saw and what that means for this model.
+The policy is kept apart from the wrapper so that it can be read (and tested) on its own: it
+turns the user's request (read by :mod:`~mmdet3d_ddp_guard.messages.mode_request`) into a
+:class:`Decision`, and re-reads the evidence of every iteration to say, in one block, what it
+saw and what that means for this model (the evidence's text:
+:mod:`~mmdet3d_ddp_guard.messages.decision_evidence`).
 """
 import textwrap
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple, Union
+from typing import List, Optional, Union
 
 import torch
 
 from ..environment.versions import graph_search_accumulates_right
-from ..messages.config_lines import MMCV1_LINES, MMENGINE_LINES, ConfigLines
+from ..messages.config_lines import MMCV1_LINES, ConfigLines
 from ..messages.ddp_outcome import FAILS, UNDEFINED_GRADIENTS_ONLY, outcome_line
+from ..messages.decision_evidence import evidence_lines
+from ..messages.mode_request import CONFIG_TOP_LEVEL
 from ..messages.text_enum import TextEnum
 from .iteration_usage import IterationUsage, UsageStatistics
 from .param_table import ParamTable
-
-AUTO = 'auto'
-
 
 class Mode(TextEnum):
     """How GuardedDDP treats unused parameters (a :class:`Decision`'s ``mode``); a member
@@ -65,62 +66,6 @@ MODE_EXPLANATIONS = {
         'clear error (which ranks, names, shapes, modules, the config line that fixes '
         'it).'),
 }
-
-_SENTINEL = object()
-
-#: Source of a request written as the config's top-level ``find_unused_parameters``.
-CONFIG_TOP_LEVEL = 'config top-level find_unused_parameters'
-
-
-def not_given():
-    """Default of GuardedDDP's ``find_unused_parameters``: "the user did not write it"."""
-    return _SENTINEL
-
-
-def resolve_request(wrapper_value, config_value=_SENTINEL, built_by_runner: bool = True,
-                    lines: ConfigLines = MMENGINE_LINES) -> Tuple[Union[str, bool], str]:
-    """What the user asked for, and where they wrote it.
-
-    ``model_wrapper_cfg=dict(type='GuardedDDP', find_unused_parameters=...)`` (or the
-    argument, when GuardedDDP is built in Python) and the top-level
-    ``find_unused_parameters = ...`` of the config (which MMEngine drops when
-    ``model_wrapper_cfg`` is set) are both honoured; when both are written and disagree the
-    run does not start, since either choice would silently ignore one of them. ``lines``:
-    the words of the framework whose config is read (mmcv 1.x has the top-level key only).
-    """
-    wrapper_option = ('model_wrapper_cfg.find_unused_parameters', '') if built_by_runner \
-        else ('find_unused_parameters', ' (argument of GuardedDDP)')
-    for (option, where), value in ((wrapper_option, wrapper_value),
-                                   (('find_unused_parameters', ' (config top level)'),
-                                    config_value)):
-        if value is _SENTINEL:
-            continue
-        if isinstance(value, str):
-            if value != AUTO:
-                raise ValueError(
-                    f'{lines.wrapper}: {option}={value!r}{where} is not a known mode. Use '
-                    "'auto' (let the guard choose), True (DDP graph search) or False (DDP "
-                    'fast path, fail clearly on unused parameters).')
-        elif not isinstance(value, bool):
-            raise TypeError(
-                f'{lines.wrapper}: {option}{where} must be \'auto\', True or False, not '
-                f'{type(value).__name__} {value!r}. Write e.g. {lines.mode("auto")}')
-    if wrapper_value is not _SENTINEL and config_value is not _SENTINEL \
-            and wrapper_value != config_value:
-        raise ValueError(
-            'GuardedDDP: the config sets find_unused_parameters twice with different values: '
-            f'{config_value!r} at the top level and {wrapper_value!r} in model_wrapper_cfg. '
-            'Delete one of the two lines (the top-level one usually comes from an inherited '
-            "mmdet3d config; 'auto' lets GuardedDDP choose).")
-    if wrapper_value is not _SENTINEL:
-        if built_by_runner:
-            return wrapper_value, 'model_wrapper_cfg'
-        return wrapper_value, (f'GuardedDDP(find_unused_parameters={wrapper_value!r}) '
-                               'in Python')
-    if config_value is not _SENTINEL:
-        return config_value, CONFIG_TOP_LEVEL
-    return AUTO, 'default'
-
 
 @dataclass
 class Decision:
@@ -175,33 +120,6 @@ ACCUMULATION_BUG = (
     'use DDP\'s graph search, upgrade torch to 2.4 or newer.')
 
 
-#: What a run under DDP's own graph search with gradient accumulation before torch 2.4 is
-#: told (UnusedParamsHook, under any wrapper but GuardedDDP).
-ACCUMULATION_BUG_UNGUARDED = (
-    'this run trains with DDP find_unused_parameters=True and accumulative_counts={counts} '
-    'on torch {torch_version}: DDP does not synchronise a parameter used in an earlier '
-    'micro-step of the window but not in the last one (pytorch/pytorch#69031, fixed in torch '
-    '2.4), so the ranks may silently train different weights. Fix: '
-    "model_wrapper_cfg = dict(type='GuardedDDP'), which trains it right, or torch >= 2.4.")
-
-
-def configured_accumulation(runner) -> int:
-    """The largest ``accumulative_counts`` in the Runner's ``optim_wrapper`` config (also
-    inside an ``OptimWrapperDict``'s wrappers); 1 without a Runner."""
-    if runner is None:
-        return 1
-    counts = []
-
-    def collect(cfg):
-        if isinstance(cfg, dict):
-            counts.append(cfg.get('accumulative_counts', 1))
-            for value in cfg.values():
-                collect(value)
-
-    collect(runner.cfg.get('optim_wrapper'))
-    return max(counts, default=1)
-
-
 def initial_decision(requested, source: str, static_graph: bool, lines: ConfigLines,
                      accumulative_counts: int = 1,
                      torch_version: Optional[str] = None) -> Decision:
@@ -247,14 +165,15 @@ class DecisionPolicy:
 
     In ``'auto'`` the mode stays ``'complete'`` (correct for every pattern of unused
     parameters, and the cheapest of the correct ones), but the decision is re-issued, with its
-    evidence, whenever the situation changes class: the first unused parameters; the unused
+    evidence, whenever the usage pattern changes: the first unused parameters; the unused
     set starting to change between iterations (a static graph would now fail); the ranks
     disagreeing (plain DDP's ranks that used the parameters would now wait in the all-reduce
     while the others fail). With an explicit request the mode
     is the user's and only the evidence is reported.
 
     Args:
-        requested: ``'auto'``, True or False (already validated by :func:`resolve_request`).
+        requested: ``'auto'``, True or False (already validated by
+            :func:`~mmdet3d_ddp_guard.messages.mode_request.read_request`).
         source (str): Where the request came from.
         static_graph (bool): DDP's ``static_graph``.
         lines (ConfigLines): The words of the adapter's framework, for every message.
@@ -269,24 +188,25 @@ class DecisionPolicy:
         self.lines = lines
         self.decision = initial_decision(requested, source, static_graph, lines,
                                          accumulative_counts, torch_version)
-        self._situation = 'none'
+        # 'none', 'undefined_only', 'constant', 'changing' or 'rank_dependent'.
+        self._pattern = 'none'
 
     def observe(self, usage: IterationUsage, statistics: UsageStatistics,
                 table: ParamTable) -> Optional[Decision]:
-        """Returns a new decision when the situation changed class, else None."""
-        situation = self._classify(statistics)
-        if situation == self._situation:
+        """Returns a new decision when the usage pattern changed, else None."""
+        pattern = self._usage_pattern(statistics)
+        if pattern == self._pattern:
             return None
-        self._situation = situation
+        self._pattern = pattern
         previous = self.decision
         self.decision = Decision(previous.mode, previous.requested, previous.source,
-                                 self._reason(situation, statistics, previous),
+                                 self._reason(pattern, statistics, previous),
                                  previous.lines, usage.iteration,
                                  evidence_lines(usage, statistics, table))
         return self.decision
 
     @staticmethod
-    def _classify(statistics: UsageStatistics) -> str:
+    def _usage_pattern(statistics: UsageStatistics) -> str:
         if not statistics.iterations_with_unused:
             return 'none'
         if statistics.first_unreached_iteration is None:
@@ -298,8 +218,8 @@ class DecisionPolicy:
         return 'constant'
 
     @staticmethod
-    def _reason(situation: str, statistics: UsageStatistics, previous: Decision) -> str:
-        if situation == 'undefined_only':
+    def _reason(pattern: str, statistics: UsageStatistics, previous: Decision) -> str:
+        if pattern == 'undefined_only':
             consequence = (f'parameters went unused from iteration '
                            f'{statistics.first_unused_iteration} on, with undefined gradients '
                            f'only: {UNDEFINED_GRADIENTS_ONLY}')
@@ -313,56 +233,7 @@ class DecisionPolicy:
                             f'static_graph=True would fail too; {fails}',
                 'rank_dependent': 'ranks disagree on which parameters are unused in the same '
                                   f'iteration: {fails}',
-            }[situation]
+            }[pattern]
         if previous.mode == Mode.COMPLETE:
             return consequence + ' Completion keeps training correct; mode unchanged.'
         return consequence + f' The requested mode {previous.mode!r} is kept.'
-
-
-def evidence_lines(usage: IterationUsage, statistics: UsageStatistics,
-                   table: ParamTable, limit: int = 12) -> List[str]:
-    seen = statistics.iterations_seen
-    lines = [f'evidence: {statistics.iterations_with_unused} of {seen} iterations had '
-             f'unused parameters; {len(statistics.ever_unused)} of {len(table)} parameters '
-             f'were ever unused; unused sets changed {statistics.set_changes} times; ranks '
-             f'differed in {statistics.iterations_ranks_differ} iterations.']
-    for rank, ids in enumerate(usage.per_rank_unused):
-        lines.append(f'rank {rank}, iteration {usage.iteration}: {len(ids)} unused')
-        lines += [f'  {line}' for line in table.grouped(ids, limit)]
-    ever = statistics.ever_unused
-    if ever:
-        lines.append('unused so far (iterations unused / seen, ranks):')
-        for index in ever[:limit]:
-            ranks = ','.join(map(str, sorted(statistics.ranks_unused[index])))
-            lines.append(f'  {table.names[index]} {list(table.shapes[index])} '
-                         f'({table.module_types[index]}): '
-                         f'{statistics.unused_iterations[index]}/{seen}, ranks {ranks}')
-        if len(ever) > limit:
-            lines.append(f'  ... and {len(ever) - limit} more')
-    return lines
-
-
-def recommended_setting(statistics: UsageStatistics,
-                        guarded: str = MMENGINE_LINES.guard) -> Tuple[str, str]:
-    """The config line that fits a model with this usage, and why (for summaries and the
-    check command); ``guarded`` is the line that puts the guard on this framework's run
-    (``ConfigLines.guard``: MMEngine's Runner builds the wrapper the config names; under mmcv
-    1.x the import alone guards its DDP)."""
-    if not statistics.iterations_with_unused:
-        return guarded, ('no parameter went unused: plain DDP (find_unused_parameters=False) '
-                         'would train this too; the guard costs next to nothing here and '
-                         'keeps the run alive if a rare batch skips a branch later.')
-    if statistics.first_unreached_iteration is None:
-        return guarded, ('only undefined gradients: plain DDP would train, but would reduce '
-                         'them as zeros into the optimizer; the guard leaves them None where '
-                         'no rank defined them, as find_unused_parameters=True does.')
-    # DDP's static graph keeps each rank's first unused set: ranks may differ, but not
-    # change (a real 4-rank run of tests/test_check_world_size.py trains so).
-    if statistics.iterations_with_unused == statistics.iterations_seen \
-            and not statistics.set_changes:
-        return guarded, ('the same parameters went unused in every iteration on each rank: '
-                         'DDP static_graph=True would also work, until the set changes; '
-                         'plain DDP fails.')
-    return guarded, ('the unused set changes between iterations or ranks: plain DDP fails '
-                     'and static_graph=True fails; the guard (or the slower '
-                     'find_unused_parameters=True) trains it.')

@@ -9,8 +9,7 @@ which builds the record, DDP and the guard in the one order that works on every 
 """
 import contextlib
 import logging
-import weakref
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -32,19 +31,33 @@ class GuardedWrapper:
     """The completion, the stall guard, the comm-hook rule and the per-step sequence of a
     guarded DDP wrapper.
 
-    Both adapters run a training step the same way: :meth:`guarded_step` around the whole
-    step, then :meth:`backward_then_settle` around the backward where the framework lets the
-    wrapper run it (MMEngine's optim wrapper), or :meth:`settle_after_backward` at its end
-    where it does not (mmcv 1.x, from :class:`~.step_backwards.StepBackwards`).
+    **One step, one way.** Every call goes down, from the adapter into the guard: the guard
+    takes the adapter's logger at build and, during a step, nothing but the arguments of
+    these calls; it never calls the adapter back. Each training step, an adapter:
+
+    1. reads its framework's iteration number (its runner's; outside a runner, the number of
+       backwards settled so far, :attr:`UnusedCompletion.iterations_ended
+       <.completion.UnusedCompletion.iterations_ended>`) and runs the whole step inside
+       :meth:`guarded_step` with it: what the previous step left open in the usage record is
+       resolved there (a report hook may have resolved it already, after the optimizer
+       step: resolving twice is a no-op), then this step's stall position and record start;
+    2. runs the backward after :meth:`enter_backward` and inside
+       :meth:`telling_the_stall_guard`, where the framework lets the wrapper run it
+       (MMEngine's optim wrapper);
+    3. calls :meth:`settle_after_backward` with the same iteration once the step's last
+       backward is over and before the optimizer step (mmcv 1.x, whose optimizer hook runs
+       the backward after ``train_step`` returned: from
+       :class:`~.step_backwards.StepBackwards`, which finds that point in autograd and calls
+       these two methods of the wrapper it was given);
+    4. runs any other part of the step it runs itself inside :meth:`telling_the_stall_guard`,
+       so that its error reaches the stall guard first (the other ranks then learn that this
+       one raised, instead of waiting for it).
 
     **The adapter interface.** A subclass gives its framework's words (``lines``: the config
     lines its messages name), names itself and the way to DDP's graph search in
     ``comm_hook_refusal`` (``(wrapper, fix)``, the words of the error a user's own comm hook
-    gets while the counts ride the gradient all-reduce), its framework's iteration number
-    (:meth:`iteration_of`, which reads its runner), its logger (:meth:`log`), and its own
-    per-wrapper attributes (:meth:`_adapter_state`, :meth:`_init_adapter_state`). A part of
-    the step that an adapter runs outside these calls runs inside
-    :meth:`telling_the_stall_guard`, so that its error reaches the stall guard first.
+    gets while the counts ride the gradient all-reduce), its logger (:meth:`log`), and its own
+    per-wrapper attributes (:meth:`_adapter_state`, :meth:`_init_adapter_state`).
 
     **Copies.** ``copy.deepcopy`` and pickling (``torch.save`` of the whole wrapper) work as
     on DDP, whose ``__getstate__`` drops the process group and reducer and whose
@@ -96,12 +109,11 @@ class GuardedWrapper:
         off), and the adapter's own state."""
         self.policy = policy
         self.usage_record = usage_record
-        # Weakly: the counts' comm hook lives in DDP's C++ reducer, where a reference back to
-        # this wrapper would keep it alive for ever; the loggers are the class's (static) for
-        # the same reason: the watchdog's thread holds them.
-        this, log = weakref.ref(self), type(self).log
+        # The class's (static) logger, not a bound method: the counts' comm hook lives in
+        # DDP's C++ reducer and the watchdog's thread holds its logger, where a reference
+        # back to this wrapper would keep it alive for ever.
+        log = type(self).log
         self.completion = UnusedCompletion(self, usage_record, policy,
-                                           lambda count: this().iteration_of(count),
                                            lambda message: log(message, logging.INFO))
         if dist.get_backend(self.process_group) == 'gloo':
             leave_gloo_cleanly_at_exit()
@@ -117,44 +129,40 @@ class GuardedWrapper:
         self._init_adapter_state()
 
     @contextlib.contextmanager
-    def guarded_step(self, then: Optional[Phase] = None):
-        """One training step: the previous iteration's per-rank detail resolved (where no
-        hook resolves it, see ``ParamUsageRecord.resolved_by_hook``), this iteration's
-        position and record started; ``then``, the phase after a step that
+    def guarded_step(self, iteration: int, then: Optional[Phase] = None):
+        """One training step of the framework's ``iteration``: what is still open of the
+        previous one resolved (its per-rank detail: a host sync, after its optimizer step),
+        this iteration's position and record started; ``then``, the phase after a step that
         returned; an error that leaves the step told to the stall guard first."""
         with self.telling_the_stall_guard():
-            if not self.usage_record.resolved_by_hook:
-                self.usage_record.resolve()  # the previous step's per-rank detail
-            self.stall_position.start_forward(self.completion.current_iteration())
+            self.usage_record.resolve()
+            self.stall_position.start_forward(iteration)
             self.usage_record.start_iteration()
             yield
         if then is not None:
             self.stall_position.enter(then)
 
-    def backward_then_settle(self, backward: Callable[[], None], reduces: bool) -> None:
-        """Runs ``backward()`` and settles its unused parameters before the optimizer step;
-        ``reduces`` is False inside ``no_sync`` (accumulation)."""
+    def enter_backward(self) -> None:
+        """The step's backward starts (the stall guard's phase)."""
         self.stall_position.enter(Phase.BACKWARD)
-        with self.telling_the_stall_guard():
-            backward()
-        self.settle_after_backward(reduces)
 
-    def settle_after_backward(self, reduces: bool) -> List[torch.Tensor]:
-        """Settles the unused parameters of the backward that just ended (``reduces``: it
-        was one DDP reduces), before the optimizer step; returns the parameters completed
-        with zeros."""
+    def settle_after_backward(self, reduces: bool, iteration: int) -> List[torch.Tensor]:
+        """Settles the unused parameters of the backward of ``iteration`` that just ended
+        (``reduces``: it was one DDP reduces; False inside ``no_sync``, accumulation), before
+        the optimizer step; returns the parameters completed with zeros."""
         position = self.stall_position
         position.enter(Phase.SETTLING)
         with self.telling_the_stall_guard():
-            completed = self.completion.settle(reduces)
+            completed = self.completion.settle(reduces, iteration)
         position.enter(Phase.OPTIMIZER_STEP)
         return completed
 
     @contextlib.contextmanager
     def telling_the_stall_guard(self):
         """A part of the step whose error, on its way out, is told to the stall guard first
-        (the other ranks then learn that this one raised instead of waiting for it); for
-        the parts of a step an adapter runs itself (mmcv 1.x's start of the step)."""
+        (the other ranks then learn that this one raised instead of waiting for it): the
+        backward an adapter runs, and the parts of a step it runs itself (mmcv 1.x's start
+        of the step)."""
         try:
             yield
         except Exception as error:
@@ -165,10 +173,6 @@ class GuardedWrapper:
         if self.stall_watchdog is not None and error is not self._reported:
             self._reported = error
             self.stall_watchdog.report_exception(error)
-
-    def iteration_of(self, own_count: int) -> int:
-        """The framework's iteration number, given how many backwards were settled."""
-        raise NotImplementedError
 
     @staticmethod
     def log(message: str, level: int) -> None:

@@ -20,27 +20,36 @@ of the first backward that reaches a parameter":
   step only when no parameter it left unreached can still be reached from the returned loss,
   DDP's own graph search, run only then. If a later backward reaches a parameter that the
   guard already completed with zeros (one outside that loss's graph, such as one inside a
-  checkpointed block the returned loss reaches only through the block), ``late_backward``
-  raises inside that backward, before the optimizer step.
+  checkpointed block the returned loss reaches only through the block), the error
+  ``late_backward`` is raised inside that backward, before the optimizer step.
 - **Backwards outside a step** (a probe that only rank 0 runs after the optimizer hook, a
   gradient-norm check): DDP's reducer is not prepared for them and ignores them; so does
   this, on every rank alike.
 - **A backward that raises** runs no final callback. The next step starts clean: nothing of
   it is left here; if it had reached parameters while DDP was prepared, DDP's reducer holds
   them as ready and cannot start a new step (plain DDP raises "Expected to have finished
-  reduction in the prior iteration" there), so ``backward_raised`` is raised instead, naming
-  the cause.
+  reduction in the prior iteration" there), so the error ``backward_raised`` is raised
+  instead, naming the cause.
+- **A backward inside the model's own ``train_step``** meets DDP's reducer still prepared for
+  the previous step (mmcv prepares it after ``train_step`` returns): no mode can reduce it
+  right, so its end raises the error ``own_backward_in_train_step``.
+
+It reports to the guarded wrapper it was given, by calling the wrapper's own step methods
+(:meth:`~.guarded_wrapper.GuardedWrapper.enter_backward`,
+:meth:`~.guarded_wrapper.GuardedWrapper.settle_after_backward`), and by RuntimeErrors whose
+texts the adapter gives as data (:class:`StepErrorTexts`): it calls nothing of the
+adapter's.
 
 Private API: ``torch.autograd.Variable._execution_engine.queue_callback`` (the final callback
 DDP's reducer finalises with), checked by :func:`check_backward_callbacks`.
 """
+import contextlib
 import sys
-from typing import Callable, List, Optional, Set
+from dataclasses import dataclass
+from typing import Callable, Optional, Set
 
 import torch
 import torch.autograd.function
-
-from .usage_record import ParamUsageRecord
 
 # Frames of this code are on the stack inside every autograd Function's Python backward, and
 # only there: reentrant checkpointing's nested backward runs under one (torch 1.9 to 2.14).
@@ -103,10 +112,24 @@ def reaches_any(root: torch.Tensor, params: Set[torch.Tensor]) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class StepErrorTexts:
+    """The framework's words for the errors (RuntimeError) a step's backwards can end in,
+    each a format string naming the cause and the fix; ``{hook}`` is where the framework runs the backwards
+    (its optimizer hooks), ``{model}`` the model's class, ``{param}`` a parameter's name."""
+    own_backward_in_train_step: str  # {model}
+    late_backward: str  # {param}, {hook}
+    backward_raised: str  # {hook}
+    partial_backward: str  # {hook}
+
+
 class _Step:
     """One ``train_step``'s backwards: what they reached and whether they settled."""
 
-    def __init__(self):
+    def __init__(self, iteration: int, hook: str):
+        self.iteration = iteration  # the framework's, given at the start of the step
+        self.hook = hook  # where the step's backwards run, for the errors' texts
+        self.in_module_step = False  # the model's own train_step is running
         self.loss: Optional[torch.Tensor] = None  # the returned loss, until settled
         self.reduces = False  # DDP's reducer was prepared for this step's backwards
         self.reached = False  # a backward of the step reached a parameter
@@ -116,56 +139,59 @@ class _Step:
 
 
 class StepBackwards:
-    """Calls ``started()`` when a training step's first outer backward reaches the model,
-    and ``ended(reduces)`` once, after the step's last reducing backward (DDP's
-    finalisation included), before the optimizer step.
+    """Tells ``wrapper`` when a training step's first outer backward reaches the model
+    (:meth:`~.guarded_wrapper.GuardedWrapper.enter_backward`), and settles the step once,
+    after its last reducing backward (DDP's finalisation included), before the optimizer
+    step (:meth:`~.guarded_wrapper.GuardedWrapper.settle_after_backward`, with the step's
+    iteration); raises a RuntimeError with the framework's text (:class:`StepErrorTexts`)
+    where the backwards cannot be reduced right.
+
+    Each step, the adapter calls :meth:`begin_step` before the forward, runs the model's own
+    ``train_step`` inside :meth:`module_step`, and calls :meth:`expect_backwards` after it.
 
     Args:
-        record (ParamUsageRecord): The usage record whose parameter hooks report each
-            gradient.
-        started (callable): ``started()``, when an outer backward of the step first reaches
-            the returned loss or a parameter.
-        ended (callable): ``ended(reduces)``, the settling; returns the parameters it
-            completed with zeros. Backwards that it runs itself are not the step's.
-        late_backward (callable): ``late_backward(name)`` returns the error to raise when a
-            backward reaches the parameter ``name`` after the step completed it with zeros.
-        backward_raised (callable): ``backward_raised()`` returns the error to raise at the
-            next step when a backward raised after reaching parameters DDP was prepared for.
-        partial_backward (callable): ``partial_backward()`` returns the error to raise at the
-            next step when the step's backwards left parameters that the returned loss
-            reaches without a gradient.
+        wrapper (GuardedWrapper): The guarded wrapper whose steps end here; its usage
+            record's parameter hooks report each gradient. Backwards that its settling runs
+            itself are not the step's.
+        texts (StepErrorTexts): The framework's words for the errors.
     """
 
-    def __init__(self, record: ParamUsageRecord, started: Callable[[], None],
-                 ended: Callable[[bool], List[torch.Tensor]],
-                 late_backward: Callable[[str], Exception],
-                 backward_raised: Callable[[], Exception],
-                 partial_backward: Callable[[], Exception]):
+    def __init__(self, wrapper, texts: StepErrorTexts):
         check_backward_callbacks()
-        self._record = record
-        self._started, self._ended = started, ended
-        self._late_backward = late_backward
-        self._backward_raised = backward_raised
-        self._partial_backward = partial_backward
+        self._wrapper = wrapper
+        self._record = wrapper.usage_record
+        self._texts = texts
         self._step: Optional[_Step] = None
         self._armed = False  # a final callback is queued on the running outer backward
         self._through_loss = False  # the running outer backward went through the loss
         self._settling = False
-        record.on_parameter_reached(self._parameter_reached)
+        self._record.on_parameter_reached(self._parameter_reached)
 
-    def begin_step(self) -> None:
-        """At the start of ``train_step``, before its forward: what a previous step left
-        behind is cleared (or raised, where DDP cannot go on), and backwards count again."""
-        previous, self._step = self._step, _Step()
+    def begin_step(self, iteration: int, hook: str) -> None:
+        """At the start of ``train_step``, before its forward: the framework's ``iteration``
+        and ``hook``, where it runs the step's backwards (named by the errors). What a
+        previous step left behind is cleared (or raised, where DDP cannot go on), and
+        backwards count again."""
+        previous, self._step = self._step, _Step(iteration, hook)
         armed, self._armed, self._through_loss = self._armed, False, False
         if previous is None or previous.settled:
             return
         if armed and previous.reduces and previous.reached:
-            raise self._backward_raised()
+            raise RuntimeError(self._texts.backward_raised.format(hook=hook))
         if previous.waiting:
             if previous.reduces:
-                raise self._partial_backward()
+                raise RuntimeError(self._texts.partial_backward.format(hook=hook))
             self._settle(previous)  # nothing to reduce: settling late changes no gradient
+
+    @contextlib.contextmanager
+    def module_step(self):
+        """Around the model's own ``train_step``: a backward that ends inside it raises the
+        error ``own_backward_in_train_step``."""
+        self._step.in_module_step = True
+        try:
+            yield
+        finally:
+            self._step.in_module_step = False
 
     def expect_backwards(self, loss: Optional[torch.Tensor], reduces: bool) -> None:
         """After the step's forward: ``loss`` is the tensor it returned for the optimizer
@@ -193,9 +219,10 @@ class StepBackwards:
             if param in step.completed:
                 table = self._record.table
                 # By identity: list.index would compare tensors elementwise.
-                raise self._late_backward(next(name for name, known in zip(table.names,
-                                                                            table.params)
-                                               if known is param))
+                name = next(name for name, known in zip(table.names, table.params)
+                            if known is param)
+                raise RuntimeError(self._texts.late_backward.format(param=name,
+                                                                    hook=step.hook))
             return
         step.reached = True
         if not self._armed and not inside_function_backward():
@@ -203,7 +230,7 @@ class StepBackwards:
 
     def _arm(self) -> None:
         self._armed = True
-        self._started()
+        self._wrapper.enter_backward()
         after_backward(self._backward_over)
 
     def _backward_over(self) -> None:
@@ -222,8 +249,12 @@ class StepBackwards:
 
     def _settle(self, step: _Step) -> None:
         step.waiting, step.settled, step.loss = False, True, None
+        if step.in_module_step:
+            raise RuntimeError(self._texts.own_backward_in_train_step.format(
+                model=type(self._wrapper.module).__name__))
         self._settling = True
         try:
-            step.completed = set(self._ended(step.reduces))
+            step.completed = set(self._wrapper.settle_after_backward(step.reduces,
+                                                                     step.iteration))
         finally:
             self._settling = False

@@ -77,22 +77,22 @@ class UnusedCountsState:
 
     Args:
         process_group: The DDP process group (None: the default group).
-        local_payload (callable): ``local_payload(device, dtype)`` returns this rank's
+        local_counts (callable): ``local_counts(device, dtype)`` returns this rank's
             flat 0/1 tensor: unused per open iteration and parameter, then the unreached
             flag (a cached :meth:`zeros` tensor when nothing is unused).
         wrapper (str): The wrapper as its framework's user knows it, for the error.
 
     Attributes:
-        counts (Tensor, optional): The all-reduced payload of the last counted backward.
+        counts (Tensor, optional): The all-reduced counts of the last counted backward.
         bucket_listener (callable): ``bucket_listener(group, index, numel)`` for every
             all-reduce the hook issues (the stall guard's collective record; by default
             nothing).
     """
 
-    def __init__(self, process_group, local_payload: Callable, wrapper: str):
+    def __init__(self, process_group, local_counts: Callable, wrapper: str):
         self.process_group = process_group
         self.wrapper = wrapper
-        self.local_payload = local_payload
+        self.local_counts = local_counts
         self.counts: Optional[torch.Tensor] = None
         self.bucket_listener: Callable[[object, int, int], None] = _no_listener
         self._zeros: Dict[Tuple, torch.Tensor] = {}
@@ -132,15 +132,15 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
                            async_op=True).get_future().then(
                                lambda fut: hook_result(fut.value()[0]))
     dtype = buffer.dtype if counts_fit(buffer.dtype, world_size) else torch.float32
-    payload = state.local_payload(buffer.device, dtype)
+    local = state.local_counts(buffer.device, dtype)
     if dtype != buffer.dtype or buffer.is_sparse:
         # A sparse bucket (an nn.Embedding(sparse=True), last when it is the input's) has
         # no dense tail to carry the counts on.
         listener(state.process_group, bucket_index(bucket), buffer.numel())
-        listener(state.process_group, bucket_index(bucket), payload.numel())
+        listener(state.process_group, bucket_index(bucket), local.numel())
         reduced_buffer = _all_reduce(_averaged(buffer, world_size), group=group,
                                      async_op=True).get_future()
-        reduced_counts = _all_reduce(payload.clone(), group=group,
+        reduced_counts = _all_reduce(local.clone(), group=group,
                                      async_op=True).get_future()
 
         def keep_counts(fut):
@@ -148,8 +148,8 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
             return hook_result(fut.value()[0].value()[0])
 
         return torch.futures.collect_all([reduced_buffer, reduced_counts]).then(keep_counts)
-    listener(state.process_group, bucket_index(bucket), buffer.numel() + payload.numel())
-    combined = torch.cat([buffer.mul(1.0 / world_size), payload])
+    listener(state.process_group, bucket_index(bucket), buffer.numel() + local.numel())
+    combined = torch.cat([buffer.mul(1.0 / world_size), local])
 
     def split(fut):
         reduced = fut.value()[0]

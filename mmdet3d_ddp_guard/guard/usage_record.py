@@ -78,11 +78,6 @@ class ParamUsageRecord:
         self.max_open = max_open
         #: Set by GuardedDDP when counts on DDP's last bucket resolve the open iterations.
         self.resolved_by_counts = False
-        #: Who calls :meth:`resolve` once per step, after the optimizer step: the guarded
-        #: wrapper at the start of the next step, unless a report hook borrows the record and
-        #: resolves in its ``after_train_iter`` (set by the hook), so that its log line and
-        #: file hold the iteration just trained. One of the two, never both.
-        self.resolved_by_hook = False
         self._reached: set = set()
         self._undefined: set = set()
         # (iteration, local unused ids, whether this rank left some of them unreached)
@@ -186,7 +181,9 @@ class ParamUsageRecord:
 
     def resolve(self) -> None:
         """Resolves the open iterations from the counts handed over, if any (waits for their
-        copy: a host sync, after the optimizer step; a collective only when ranks differ)."""
+        copy: a host sync, after the optimizer step; a collective only when ranks differ).
+        The guarded wrapper calls it at the start of each step, and a report hook may call it
+        earlier, after the optimizer step, for its log line: the later call finds nothing."""
         if self._counts is None:
             return
         counts, self._counts = self._counts.values(), None
@@ -229,9 +226,9 @@ class ParamUsageRecord:
                   if dist.get_backend(self.process_group) == 'nccl' else torch.device('cpu'))
         steps = len(self._open)
         left_unreached = torch.tensor([left for _, _, left in self._open], dtype=torch.uint8)
-        payload = torch.cat([self.local_mask(device, torch.uint8), left_unreached.to(device)])
-        gathered = [torch.empty_like(payload) for _ in range(self.world_size)]
-        dist.all_gather(gathered, payload, group=self.process_group)
+        local_masks = torch.cat([self.local_mask(device, torch.uint8), left_unreached.to(device)])
+        gathered = [torch.empty_like(local_masks) for _ in range(self.world_size)]
+        dist.all_gather(gathered, local_masks, group=self.process_group)
         gathered = torch.stack(gathered).cpu()
         masks = gathered[:, :-steps].view(self.world_size, steps, len(self.table))
         per_rank = [tuple(tuple(masks[rank, k].nonzero().flatten().tolist())

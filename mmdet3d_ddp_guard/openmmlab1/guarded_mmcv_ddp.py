@@ -10,22 +10,22 @@ the caller holds it by. Subclasses of it that a codebase defines are left alone.
 """
 import sys
 import weakref
-from typing import List, Optional
+from typing import Optional
 
 import torch
 from mmcv.parallel import MMDistributedDataParallel
 from mmcv.runner import BaseRunner, OptimizerHook
 from mmcv.utils import Config, print_log
 
-from ..guard.decision_policy import CONFIG_TOP_LEVEL, DecisionPolicy, not_given, resolve_request
+from ..guard.decision_policy import DecisionPolicy
 from ..guard.guarded_wrapper import GuardedWrapper
 from ..guard.step_backwards import StepBackwards
 from ..messages.config_lines import MMCV1_LINES
+from ..messages.mode_request import CONFIG_TOP_LEVEL, not_given, read_request
 from ..stall_guard import DEFAULT_STALL_TIMEOUT, Phase, check_stall_timeout
 from .cpu_launch import CPUCompatibleMMDistributedDataParallel, ddp_arguments
 from .stall_phase_hook import StallPhaseHook
-from .step_errors import (BACKWARD_RAISED, LATE_BACKWARD, OWN_BACKWARD_IN_TRAIN_STEP,
-                          PARTIAL_BACKWARD)
+from .step_errors import MMCV1_STEP_ERRORS
 
 #: The config's own options for the guard: ``ddp_guard = dict(stall_timeout=300)``;
 #: ``enabled=False`` builds mmcv's own wrapper, unguarded (to compare, or to turn the guard
@@ -124,20 +124,18 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
         script_value = arguments.pop('find_unused_parameters', False)
         static_graph = arguments.pop('static_graph', False)
         cfg = _training_config()
-        requested, source = resolve_config_request(script_value, cfg)
+        requested, source = read_config_request(script_value, cfg)
         stall_timeout = guard_options(cfg).get('stall_timeout', DEFAULT_STALL_TIMEOUT)
         policy = DecisionPolicy(requested, source, static_graph, MMCV1_LINES)
         self.build_guarded(module, policy, static_graph, stall_timeout, arguments)
 
     def _adapter_state(self):
-        return ('_runner', '_in_module_step', 'step_backwards')
+        return ('_runner', '_optimizer_hooks', 'step_backwards')
 
     def _init_adapter_state(self) -> None:
         self._runner = None
-        self._in_module_step = False
-        self.step_backwards = StepBackwards(self.usage_record, self._backward_started,
-                                            self._backward_ended, self._late_backward,
-                                            self._backward_raised, self._partial_backward)
+        self._optimizer_hooks = 'the optimizer hook'
+        self.step_backwards = StepBackwards(self, MMCV1_STEP_ERRORS)
 
     def train_step(self, *inputs, **kwargs):
         """mmcv's train step; its backward, wherever it runs, settles unused parameters."""
@@ -145,16 +143,15 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
             caller = sys._getframe(1).f_locals.get('self')
             if isinstance(caller, BaseRunner):  # mmcv's runners call model.train_step
                 self._runner = weakref.ref(caller)
+                self._optimizer_hooks = _optimizer_hooks(caller)
                 if self.stall_watchdog is not None:
                     StallPhaseHook(self.stall_watchdog).attach(caller)
+        iteration = self._iteration()
         with self.telling_the_stall_guard():
-            self.step_backwards.begin_step()
-        with self.guarded_step():
-            self._in_module_step = True
-            try:
+            self.step_backwards.begin_step(iteration, self._optimizer_hooks)
+        with self.guarded_step(iteration):
+            with self.step_backwards.module_step():
                 outputs = super().train_step(*inputs, **kwargs)
-            finally:
-                self._in_module_step = False
             # mmcv's train_step prepares DDP's reducer for the backward on these conditions.
             reduces = torch.is_grad_enabled() and self.require_backward_grad_sync
             loss = outputs.get('loss') if isinstance(outputs, dict) else None
@@ -162,45 +159,22 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
                 loss if isinstance(loss, torch.Tensor) else None, reduces)
         return outputs
 
-    def _backward_started(self) -> None:
-        self.stall_position.enter(Phase.BACKWARD)
-
-    def _backward_ended(self, reduces: bool) -> List[torch.Tensor]:
-        if self._in_module_step:
-            raise RuntimeError(OWN_BACKWARD_IN_TRAIN_STEP.format(
-                model=type(self.module).__name__))
-        return self.settle_after_backward(reduces)
-
-    def _late_backward(self, param_name: str) -> Exception:
-        return RuntimeError(LATE_BACKWARD.format(param=param_name,
-                                                 hook=self._optimizer_hooks()))
-
-    def _backward_raised(self) -> Exception:
-        return RuntimeError(BACKWARD_RAISED.format(hook=self._optimizer_hooks()))
-
-    def _partial_backward(self) -> Exception:
-        return RuntimeError(PARTIAL_BACKWARD.format(hook=self._optimizer_hooks()))
-
-    def _optimizer_hooks(self) -> str:
-        """The runner's optimizer hook(s) by class name: where the step's backwards run."""
-        names = sorted({type(hook).__name__ for hook in getattr(self._current_runner(),
-                                                                'hooks', ())
-                        if isinstance(hook, OptimizerHook)})
-        return ' or '.join(names) if names else 'the optimizer hook'
-
-    def iteration_of(self, own_count: int) -> int:
-        """mmcv's ``runner.iter`` (0-based, counted up after the iteration's hooks);
-        ``own_count`` outside a runner."""
-        runner = self._current_runner()
-        return own_count if runner is None else runner.iter
+    def _iteration(self) -> int:
+        """mmcv's ``runner.iter`` (0-based, counted up after the iteration's hooks); outside
+        a runner, the backwards settled so far."""
+        runner = self._runner() if self._runner is not None else None
+        return self.completion.iterations_ended if runner is None else runner.iter
 
     @staticmethod
     def log(message: str, level: int) -> None:
         print_log(message, logger='mmcv', level=level)
 
-    def _current_runner(self) -> Optional[BaseRunner]:
-        """The runner whose ``train_step`` calls reach this wrapper, while it lives."""
-        return self._runner() if self._runner is not None else None
+
+def _optimizer_hooks(runner: BaseRunner) -> str:
+    """The runner's optimizer hook(s) by class name: where the step's backwards run."""
+    names = sorted({type(hook).__name__ for hook in runner.hooks
+                    if isinstance(hook, OptimizerHook)})
+    return ' or '.join(names) if names else 'the optimizer hook'
 
 
 def guard_mmcv_ddp() -> bool:
@@ -227,19 +201,19 @@ def guard_mmcv_ddp() -> bool:
     return True
 
 
-def resolve_config_request(script_value, cfg):
+def read_config_request(script_value, cfg):
     """What the user asked for, and where: the config's top-level
     ``find_unused_parameters`` when written (whatever the script passed), True when the
     script passed it with the config silent, else ``'auto'``."""
     if cfg is not None and 'find_unused_parameters' in cfg:
-        requested, _ = resolve_request(not_given(), cfg['find_unused_parameters'],
-                                       built_by_runner=False, lines=MMCV1_LINES)
+        requested, _ = read_request(not_given(), cfg['find_unused_parameters'],
+                                    built_by_runner=False, lines=MMCV1_LINES)
         return requested, CONFIG_TOP_LEVEL
     if script_value is True:
         return True, ('the training script (MMDistributedDataParallel('
                       'find_unused_parameters=True); the config does not write it)')
-    return resolve_request(not_given(), not_given(), built_by_runner=False,
-                           lines=MMCV1_LINES)[0], (
+    return read_request(not_given(), not_given(), built_by_runner=False,
+                        lines=MMCV1_LINES)[0], (
         'default: the config does not write find_unused_parameters (the False the training '
         "script passes then is the script's default, not a choice)")
 

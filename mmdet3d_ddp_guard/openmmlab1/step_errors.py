@@ -1,4 +1,5 @@
-"""The errors that stop an mmcv 1.x training step whose backwards the guard cannot reduce right.
+"""The texts of the errors that stop an mmcv 1.x training step whose backwards the guard
+cannot reduce right.
 
 :class:`~.guarded_mmcv_ddp.GuardedMMDistributedDataParallel` raises them from the end of a
 step's backwards (:class:`~mmdet3d_ddp_guard.guard.step_backwards.StepBackwards`), where mmcv's
@@ -7,6 +8,7 @@ reaches a parameter already completed, a backward that raised after reaching par
 backwards that left parameters of the returned loss without a gradient. Each names the cause
 and the fix; ``{hook}`` is the runner's optimizer hook(s), where the backwards run.
 """
+from ..guard.step_backwards import StepErrorTexts
 
 OWN_BACKWARD_IN_TRAIN_STEP = (
     'mmdet3d_ddp_guard: {model}.train_step ran a backward itself. mmcv\'s '
@@ -47,3 +49,8 @@ PARTIAL_BACKWARD = (
     'well), and the optimizer stepped before their buckets were reduced. Fix: '
     'back-propagate the returned loss (or every part of it), or return from train_step the '
     'loss the hook back-propagates.')
+
+MMCV1_STEP_ERRORS = StepErrorTexts(own_backward_in_train_step=OWN_BACKWARD_IN_TRAIN_STEP,
+                                   late_backward=LATE_BACKWARD,
+                                   backward_raised=BACKWARD_RAISED,
+                                   partial_backward=PARTIAL_BACKWARD)

@@ -13,11 +13,12 @@ from mmengine.registry import MODEL_WRAPPERS
 
 from ..environment.ddp_compat import untraced
 from ..environment.versions import graph_search_accumulates_right
-from ..guard.decision_policy import (DecisionPolicy, Mode, configured_accumulation, not_given,
-                                     resolve_request)
+from ..guard.decision_policy import DecisionPolicy, Mode
+from ..messages.mode_request import not_given, read_request
 from ..guard.guarded_wrapper import GuardedWrapper
 from ..messages.config_lines import MMENGINE_LINES
 from ..stall_guard import DEFAULT_STALL_TIMEOUT, Phase, check_stall_timeout
+from .accumulation import configured_accumulation
 from .cpu_launch import log_dropped_device_ids
 
 #: What ``Runner.wrap_model`` passes to MMEngine's own ``MMDistributedDataParallel`` when the
@@ -110,8 +111,8 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
         config_value = (runner.cfg['find_unused_parameters']
                         if runner is not None and 'find_unused_parameters' in runner.cfg
                         else not_given())
-        requested, source = resolve_request(find_unused_parameters, config_value,
-                                            built_by_runner=runner is not None)
+        requested, source = read_request(find_unused_parameters, config_value,
+                                         built_by_runner=runner is not None)
         policy = DecisionPolicy(requested, source, static_graph, MMENGINE_LINES,
                                 accumulative_counts=configured_accumulation(runner))
         log_dropped_device_ids(module, kwargs)
@@ -129,7 +130,8 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
         backward and the optimizer step."""
         if self._runner is not None:
             _add_stall_phase_hook_untraced(self)
-        with self.guarded_step(then=Phase.HOOKS):
+        iteration = self._iteration()
+        with self.guarded_step(iteration, then=Phase.HOOKS):
             with optim_wrapper.optim_context(self):
                 # False inside no_sync (gradient accumulation): this backward reduces nothing.
                 reduces = self.require_backward_grad_sync
@@ -146,16 +148,17 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
                 data = self.module.data_preprocessor(data, training=True)
                 losses = self._run_forward(data, mode='loss')
             parsed_loss, log_vars = self.module.parse_losses(losses)
-            with _settling_after_backward(optim_wrapper, self, reduces):
+            with _settling_after_backward(optim_wrapper, self, reduces, iteration):
                 optim_wrapper.update_params(parsed_loss)
             if self.detect_anomalous_params:
                 detect_anomalous_params(parsed_loss, model=self)
         return log_vars
 
-    def iteration_of(self, own_count: int) -> int:
-        """``runner.iter`` as RuntimeInfoHook publishes it; ``own_count`` outside a Runner."""
+    def _iteration(self) -> int:
+        """``runner.iter`` as RuntimeInfoHook publishes it; outside a Runner, the backwards
+        settled so far."""
         iteration = MessageHub.get_current_instance().get_info('iter')
-        return own_count if iteration is None else iteration
+        return self.completion.iterations_ended if iteration is None else iteration
 
     @staticmethod
     def log(message: str, level: int) -> None:
@@ -188,9 +191,11 @@ _add_stall_phase_hook_untraced: Callable[[GuardedDDP], None] = _add_stall_phase_
 
 @contextlib.contextmanager
 def _settling_after_backward(optim_wrapper: OptimWrapper, wrapper: GuardedWrapper,
-                             reduces: bool):
-    """Runs ``optim_wrapper.backward`` inside ``update_params`` through the wrapper's
-    :meth:`~GuardedWrapper.backward_then_settle`.
+                             reduces: bool, iteration: int):
+    """Runs ``optim_wrapper.backward`` inside ``update_params`` as the wrapper's step needs
+    it: after :meth:`~GuardedWrapper.enter_backward`, inside
+    :meth:`~GuardedWrapper.telling_the_stall_guard`, then
+    :meth:`~GuardedWrapper.settle_after_backward` with ``iteration``.
 
     MMEngine has no hook point between backward and optimizer step; wrapping the instance's
     ``backward`` keeps the optim wrapper's own ``update_params`` (loss scaling, AMP,
@@ -199,7 +204,10 @@ def _settling_after_backward(optim_wrapper: OptimWrapper, wrapper: GuardedWrappe
     original = optim_wrapper.backward
 
     def backward_then_settle(loss, **kwargs):
-        wrapper.backward_then_settle(lambda: original(loss, **kwargs), reduces)
+        wrapper.enter_backward()
+        with wrapper.telling_the_stall_guard():
+            original(loss, **kwargs)
+        wrapper.settle_after_backward(reduces, iteration)
 
     optim_wrapper.backward = backward_then_settle
     try:

@@ -64,7 +64,6 @@ class ReportOptions:
             lines (ConfigLines): See :class:`UsageReport`.
         """
         self.record = model.usage_record if guarded else ParamUsageRecord(module)
-        self.record.resolved_by_hook = True  # in end_iteration, after the optimizer step
         self.out_dir = self.out_dir or work_dir
         self.report = UsageReport(
             self.record, self.out_dir, logger, self.file_prefix, self.interval,

@@ -5,7 +5,7 @@ import textwrap
 from collections import OrderedDict
 from typing import Dict, List, Optional
 
-from ..guard.decision_policy import recommended_setting
+from .recommended_setting import recommended_setting
 from ..guard.iteration_usage import UsageStatistics
 from ..guard.param_table import format_rows, owner_of
 from ..messages.config_lines import MMENGINE_LINES

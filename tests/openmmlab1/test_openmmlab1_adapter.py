@@ -13,7 +13,7 @@ from mmdet3d_ddp_guard.messages.config_lines import MMCV1_LINES
 from mmdet3d_ddp_guard.openmmlab1 import GuardedMMDistributedDataParallel
 from mmdet3d_ddp_guard.openmmlab1.cpu_launch import (CPUCompatibleMMDistributedDataParallel,
                                                      unwrap_for_one_device)
-from mmdet3d_ddp_guard.openmmlab1.guarded_mmcv_ddp import resolve_config_request
+from mmdet3d_ddp_guard.openmmlab1.guarded_mmcv_ddp import read_config_request
 
 
 class TwoHeads(nn.Module):
@@ -65,7 +65,7 @@ def test_every_mmcv_ddp_built_after_the_import_is_guarded_unless_turned_off(
 ])
 def test_what_the_config_wrote_wins_and_the_scripts_default_is_no_choice(config, script,
                                                                           expected):
-    requested, source = resolve_config_request(script, None if config is None
+    requested, source = read_config_request(script, None if config is None
                                                else Config(config))
     assert requested == expected
     if config and 'find_unused_parameters' in config:

@@ -10,7 +10,7 @@ from mmengine.registry import HOOKS
 from torch.nn.parallel import DistributedDataParallel
 
 from ...environment.versions import graph_search_accumulates_right
-from ...guard.decision_policy import ACCUMULATION_BUG_UNGUARDED, configured_accumulation
+from ..accumulation import ACCUMULATION_BUG_UNGUARDED, configured_accumulation
 from ...guard.iteration_usage import IterationUsage
 from ...reporting.report import CHECKPOINT_KEY
 from ...reporting.report_options import ReportOptions
