@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import time
-from typing import List
+from typing import Callable, List, Sequence
 
 from .phases import Phase
 from .store_protocol import Verdict
@@ -19,9 +19,17 @@ EXIT_CODE = 1
 CHECKPOINT_WAIT = 120.0
 
 
-def end_run(watchdog, verdict: Verdict) -> None:
-    """Ends ``watchdog``'s rank on a stop ``verdict``; see the module's docstring."""
-    watchdog._log(verdict.text, True)
+def end_run(watchdog, verdict: Verdict, log: Callable[[str, bool], None],
+            exit_callbacks: Sequence[Callable[[], None]]) -> None:
+    """Ends ``watchdog``'s rank on a stop ``verdict``; see the module's docstring.
+
+    Args:
+        watchdog (StallWatchdog): This rank's watchdog (its position, store and waits).
+        verdict (Verdict): The stop verdict.
+        log (callable): ``log(message, is_error)``, the watchdog's.
+        exit_callbacks (list[callable]): What the watchdog runs before the exit.
+    """
+    log(verdict.text, True)
     deadline = time.monotonic() + CHECKPOINT_WAIT
     while time.monotonic() < deadline and _writes_checkpoint(watchdog, verdict.checkpoint):
         time.sleep(watchdog.tick)
@@ -30,12 +38,12 @@ def end_run(watchdog, verdict: Verdict) -> None:
             watchdog.store.withdraw()  # the others wait for this write to end
         except Exception:  # noqa: B902 - they stop waiting at the bound
             pass
-    for callback in watchdog._exit_callbacks:
+    for callback in exit_callbacks:
         try:
             callback()
         except Exception as error:  # noqa: B902 - the exit must happen
-            watchdog._log(f'mmdet3d_ddp_guard stall guard: an exit callback failed: '
-                          f'{type(error).__name__}: {error}', True)
+            log(f'mmdet3d_ddp_guard stall guard: an exit callback failed: '
+                f'{type(error).__name__}: {error}', True)
     _write_torchelastic_error_file(verdict.text)
     try:
         # No rank leaves before every rank has read the verdict: a rank that leaves

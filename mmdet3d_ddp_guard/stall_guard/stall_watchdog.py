@@ -239,7 +239,7 @@ class StallWatchdog:
 
     def _end_run(self, verdict: Verdict) -> None:
         self._ending = True
-        end_run(self, verdict)
+        end_run(self, verdict, self._log, self._exit_callbacks)
 
     def _log_once(self, text: str, is_error: bool, key: Optional[str] = None) -> None:
         if (key or text) not in self._logged:
