@@ -1,10 +1,17 @@
 """The package's architecture, read from its imports: one folder per concern, the
-framework-free ones importing torch and each other only, and two adapters that each import
-one framework and never the other's (so that ``import mmdet3d_ddp_guard`` works where only one
-is installed). Every module opens with the concern it holds."""
+framework-free ones importing torch and each other only, one way (no circle between folders),
+two adapters that each import one framework and never the other's (so that ``import
+mmdet3d_ddp_guard`` works where only one is installed), and a command line that reaches an
+adapter only while a command runs. Every module opens with the concern it holds, in words of
+its own."""
 import ast
+import importlib.util
 import os
 import os.path as osp
+import re
+import sys
+import sysconfig
+from typing import Dict, Iterator, List, Mapping, Optional, Set, Tuple
 
 import pytest
 
@@ -19,48 +26,186 @@ ADAPTERS = {
 }
 MMCV1_ONLY = ('mmcv.parallel', 'mmcv.runner', 'mmcv.utils')
 # What each framework-free folder may read of the package: the arrows run one way, from the
-# product's use (reports, the rank simulation) down to the mechanism and the environment.
+# product's use (reports, the rank simulation) down to the mechanism and the environment,
+# whose words (the frameworks' names included) are the messages'.
 READS = {
     'environment': ('environment', 'messages'),
-    'messages': ('environment', 'messages'),
+    'messages': ('messages', ),
     'guard': ('environment', 'messages', 'guard', 'stall_guard'),
     'stall_guard': ('environment', 'messages', 'stall_guard'),
     'reporting': ('environment', 'messages', 'guard', 'reporting'),
     'rank_simulation': ('environment', 'messages', 'guard', 'reporting', 'rank_simulation'),
 }
+# The commands: at their modules' top the framework-free folders and Python's own library
+# only; an adapter's module inside a function, where the config's framework is known, so
+# that a command runs where only one framework is installed.
+CLI = 'cli'
+# Words that say nothing of a module's concern when its opening is its name and these.
+FILLER = {'a', 'an', 'and', 'code', 'file', 'for', 'functions', 'helpers', 'in', 'is', 'it',
+          'module', 'of', 'package', 'stuff', 'the', 'this', 'to', 'utilities', 'utils'}
+PLACEHOLDERS = {'todo', 'fixme', 'xxx', 'tbd', 'wip'}
+MIN_OPENING_WORDS = 6
 
 
-def _imports(folder, names=None):
-    """(file, absolute module name) of every import in the folder, lazy ones included."""
+def _file_imports(path: str) -> Iterator[Tuple[str, bool]]:
+    """(absolute module name, inside a function) of every import in the file."""
+    package = osp.relpath(osp.dirname(path), osp.dirname(PACKAGE)).split(os.sep)
+    with open(path) as source:
+        tree = ast.parse(source.read())
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    yield alias.name, in_function
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package[:len(package) - child.level + 1]
+                    yield '.'.join(base + ([child.module] if child.module else [])), in_function
+                else:
+                    yield child.module, in_function
+            yield from visit(child, in_function or isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    yield from visit(tree, False)
+
+
+def _imports(folder: str) -> Iterator[Tuple[str, str, bool]]:
+    """(file, absolute module name, inside a function) of every import in the folder, lazy
+    ones included."""
     for root, _, files in os.walk(osp.join(PACKAGE, folder)):
-        for name in files:
-            if not name.endswith('.py') or (names is not None and name not in names):
-                continue
-            path = osp.join(root, name)
-            package = osp.relpath(root, osp.dirname(PACKAGE)).split(os.sep)
-            with open(path) as source:
-                tree = ast.parse(source.read())
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Import):
-                    for alias in node.names:
-                        yield path, alias.name
-                elif isinstance(node, ast.ImportFrom):
-                    if node.level:
-                        base = package[:len(package) - node.level + 1]
-                        yield path, '.'.join(base + ([node.module] if node.module else []))
-                    else:
-                        yield path, node.module
+        for name in sorted(files):
+            if name.endswith('.py'):
+                path = osp.join(root, name)
+                for module, in_function in _file_imports(path):
+                    yield path, module, in_function
+
+
+def _folders() -> Set[str]:
+    return {name for name in os.listdir(PACKAGE)
+            if osp.isfile(osp.join(PACKAGE, name, '__init__.py'))}
+
+
+def _standard_library(module: str) -> bool:
+    """Whether ``module`` comes with Python: built in, frozen, or in its own library outside
+    any site-packages."""
+    top = module.split('.')[0]
+    if top in sys.builtin_module_names:
+        return True
+    spec = importlib.util.find_spec(top)
+    if spec is None or spec.origin is None:
+        return False
+    if spec.origin == 'frozen':
+        return True
+    origin = osp.abspath(spec.origin)
+    return origin.startswith(osp.abspath(sysconfig.get_paths()['stdlib']) + os.sep) \
+        and not any(part in origin.split(os.sep) for part in ('site-packages', 'dist-packages'))
+
+
+def folder_graph() -> Dict[str, Set[str]]:
+    """Each folder of the package -> the other folders its modules import, lazily or not."""
+    graph = {folder: set() for folder in _folders()}
+    for folder in graph:
+        for _, module, _ in _imports(folder):
+            parts = module.split('.')
+            if parts[0] == 'mmdet3d_ddp_guard' and len(parts) > 1 and parts[1] in graph \
+                    and parts[1] != folder:
+                graph[folder].add(parts[1])
+    return graph
+
+
+def circle(graph: Mapping[str, Set[str]]) -> Optional[List[str]]:
+    """One circle of ``graph`` (node -> the nodes it reaches), as its nodes in order with
+    the first repeated at the end; None without any."""
+    done: Set[str] = set()
+
+    def search(node: str, path: List[str]) -> Optional[List[str]]:
+        if node in path:
+            return path[path.index(node):] + [node]
+        if node in done:
+            return None
+        for target in sorted(graph.get(node, ())):
+            found = search(target, path + [node])
+            if found:
+                return found
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        found = search(start, [])
+        if found:
+            return found
+    return None
+
+
+def opening(docstring: str) -> str:
+    """A docstring's first paragraph, on one line."""
+    return ' '.join(docstring.strip().split('\n\n')[0].split())
+
+
+def opening_problem(name: str, docstring: Optional[str]) -> Optional[str]:
+    """What keeps the docstring of the module ``name`` (an ``__init__``'s: its folder's
+    name) from saying what the module owns; None when nothing does.
+
+    Its opening paragraph must be a sentence (it ends with a full stop or a question mark),
+    of at least :data:`MIN_OPENING_WORDS` words, not a placeholder, and say more than the
+    module's name: at least three words besides the name's and :data:`FILLER`.
+    """
+    if not docstring or not docstring.strip():
+        return 'no docstring'
+    text = opening(docstring)
+    words = [word.strip('`*:;,.()[]{}\'"?!').lower() for word in text.split()]
+    words = [word for word in words if word]
+    if not words or words[0] in PLACEHOLDERS:
+        return f'a placeholder, not a sentence: {text!r}'
+    if not text.endswith(('.', '?')):
+        return f'not a sentence (no full stop at the end of its first paragraph): {text!r}'
+    if len(words) < MIN_OPENING_WORDS:
+        return f'{len(words)} words; a sentence of at least {MIN_OPENING_WORDS} says what ' \
+               f'the module owns: {text!r}'
+    known = {name.lower()} | set(re.split(r'[_\W]+', name.lower())) | FILLER
+    said = [word for word in words if not set(re.split(r'[_\W]+', word)) - {''} <= known]
+    if len(said) < 3:
+        return f'says little more than the name {name!r}: {text!r}'
+    return None
+
+
+def shared_first_lines(docstrings: Mapping[str, str]) -> Dict[str, List[str]]:
+    """First lines that more than one module's docstring opens with -> those modules."""
+    owners: Dict[str, List[str]] = {}
+    for module, docstring in docstrings.items():
+        owners.setdefault(docstring.strip().splitlines()[0].strip(), []).append(module)
+    return {line: sorted(modules) for line, modules in owners.items() if len(modules) > 1}
+
+
+def _docstrings() -> Dict[str, Optional[str]]:
+    """Every module of the package (its path in it) -> its docstring."""
+    found = {}
+    for root, _, files in os.walk(PACKAGE):
+        for name in sorted(files):
+            if name.endswith('.py'):
+                path = osp.join(root, name)
+                with open(path) as file:
+                    found[osp.relpath(path, PACKAGE)] = ast.get_docstring(ast.parse(file.read()))
+    return found
+
+
+def _module_name(relpath: str) -> str:
+    """The name a module's docstring must say more than: an ``__init__``'s is its folder's."""
+    folder, file = osp.split(relpath)
+    stem = file[:-len('.py')]
+    if stem == '__init__':
+        return osp.basename(folder) or 'mmdet3d_ddp_guard'
+    return stem
 
 
 def test_every_folder_of_the_package_is_a_concern_named_here():
-    folders = {name for name in os.listdir(PACKAGE)
-               if osp.isfile(osp.join(PACKAGE, name, '__init__.py'))}
-    assert folders == set(READS) | set(ADAPTERS) | {'cli'}
+    assert _folders() == set(READS) | set(ADAPTERS) | {CLI}
 
 
 @pytest.mark.parametrize('folder', sorted(READS))
 def test_framework_free_folders_import_torch_and_what_they_may_read(folder):
-    for path, module in _imports(folder):
+    for path, module, _ in _imports(folder):
         assert module.split('.')[0] not in FRAMEWORKS, (path, module)
         if module.startswith('mmdet3d_ddp_guard.'):
             assert module.split('.')[1] in READS[folder] + ('version', ), (path, module)
@@ -69,12 +214,56 @@ def test_framework_free_folders_import_torch_and_what_they_may_read(folder):
 @pytest.mark.parametrize('adapter', sorted(ADAPTERS))
 def test_an_adapter_imports_its_framework_and_not_the_other_adapter(adapter):
     other = next(name for name in ADAPTERS if name != adapter)
-    for path, module in _imports(adapter):
+    for path, module, _ in _imports(adapter):
         assert not module.startswith(f'mmdet3d_ddp_guard.{other}'), (path, module)
         if module.split('.')[0] in FRAMEWORKS:
             assert module.split('.')[0] in ADAPTERS[adapter], (path, module)
         if adapter == 'openmmlab2':
             assert not module.startswith(MMCV1_ONLY), (path, module)
+
+
+def test_the_commands_import_no_framework_and_an_adapter_only_inside_a_function():
+    lazy_adapters = []
+    for path, module, in_function in _imports(CLI):
+        assert module.split('.')[0] not in FRAMEWORKS, (path, module)
+        parts = module.split('.')
+        if parts[0] == 'mmdet3d_ddp_guard' and len(parts) > 1:
+            if parts[1] in ADAPTERS:
+                assert in_function, (path, module)
+                lazy_adapters.append(parts[1])
+            else:
+                assert parts[1] in set(READS) | {CLI, 'version'}, (path, module)
+        elif not in_function:
+            assert _standard_library(module), (path, module)
+    # check reads and simulates a config with the adapter of its framework.
+    assert set(lazy_adapters) == set(ADAPTERS)
+
+
+@pytest.mark.parametrize('module, standard', [('os', True), ('ast', True), ('typing', True),
+                                              ('sys', True), ('torch', False),
+                                              ('mmdet3d_ddp_guard', False),
+                                              ('no_such_module_here', False)])
+def test_the_standard_library_is_told_from_installed_packages(module, standard):
+    assert _standard_library(module) is standard
+
+
+def test_the_folders_import_each_other_without_a_circle():
+    graph = folder_graph()
+    # The graph is read from the imports: the folders' known arrows are in it.
+    assert 'messages' in graph['environment'] and 'guard' in graph['rank_simulation']
+    assert circle(graph) is None, circle(graph)
+
+
+@pytest.mark.parametrize('graph, found', [
+    ({'environment': {'messages'}, 'messages': {'environment'}},
+     ['environment', 'messages', 'environment']),
+    ({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}, ['a', 'b', 'c', 'a']),
+    ({'a': {'a'}}, ['a', 'a']),
+    ({'a': {'b', 'c'}, 'b': {'c'}, 'c': set()}, None),
+    ({'a': {'b'}, 'b': {'outside'}}, None),
+])
+def test_a_circle_is_found_where_there_is_one(graph, found):
+    assert circle(graph) == found
 
 
 def test_each_stall_guard_module_is_short():
@@ -90,11 +279,47 @@ def test_each_stall_guard_module_is_short():
 
 def test_every_module_opens_with_what_it_owns():
     """Each module holds one concern and its docstring names it, so a reader finds where a
-    thing lives from the first lines of each file, ``__init__`` and ``version`` included."""
-    for root, _, files in os.walk(PACKAGE):
-        for name in sorted(files):
-            if not name.endswith('.py'):
-                continue
-            path = osp.join(root, name)
-            with open(path) as file:
-                assert ast.get_docstring(ast.parse(file.read())), osp.relpath(path, PACKAGE)
+    thing lives from the first lines of each file, ``__init__`` and ``version`` included: an
+    opening sentence that says more than the module's name, and a first line that no other
+    module opens with (two modules that claim one concern)."""
+    docstrings = _docstrings()
+    problems = {path: opening_problem(_module_name(path), docstring)
+                for path, docstring in docstrings.items()}
+    assert {path: problem for path, problem in problems.items() if problem} == {}
+    assert shared_first_lines(docstrings) == {}
+
+
+@pytest.mark.parametrize('name, docstring', [
+    ('run_end', None),
+    ('run_end', '   '),
+    ('run_end', 'run_end.'),
+    ('run_end', 'The run_end module.'),
+    ('run_end', 'Run end: the code of the run end module, for the package.'),
+    ('stall_watchdog', 'Stall watchdog utilities and helpers for this package.'),
+    ('stall_watchdog', 'TODO: say what the thread does when a rank stops moving.'),
+    ('stall_watchdog', 'The thread that turns a hang into a named error on every rank\n\n'
+                       'It wakes every tick.'),
+    ('summary', 'Writes the summary files.'),
+])
+def test_an_opening_that_does_not_say_what_the_module_owns_is_refused(name, docstring):
+    assert opening_problem(name, docstring) is not None
+
+
+@pytest.mark.parametrize('name, docstring', [
+    ('run_end', 'How a stop verdict ends this rank: it waits while any rank writes a\n'
+                'checkpoint, then exits.\n\nMore.'),
+    ('cli', 'Command-line tools: ``python -m mmdet3d_ddp_guard {check,summarize}``.'),
+    ('stall_watchdog', 'Would the stall watchdog name the hang on every rank, in time?'),
+])
+def test_an_opening_sentence_of_its_own_is_accepted(name, docstring):
+    assert opening_problem(name, docstring) is None
+
+
+def test_two_modules_opening_with_one_first_line_are_found():
+    docstrings = {'guard/completion.py': 'The guard itself, for any DDP.\n\nMore.',
+                  'guard/__init__.py': 'The guard itself, for any DDP.',
+                  'guard/errors.py': 'The errors the guarded wrappers raise.'}
+    assert shared_first_lines(docstrings) == {
+        'The guard itself, for any DDP.': ['guard/__init__.py', 'guard/completion.py']}
+    assert shared_first_lines({'guard/errors.py': 'The errors the guarded wrappers raise.'}) \
+        == {}
