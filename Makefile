@@ -25,11 +25,15 @@ test: venv
 # by measured duration to end in under 5 minutes on a quiet 2-core machine (about 2.5 min there;
 # 3.5 to 4.2 min measured 2026-12-03 at 1.9x a quiet core): the usage record, completion in each
 # mode, training bit for bit against DDP's graph search and the DDP contract, the hook, `check`,
-# `summarize`, the stall guard's judgement and watchdog, and three of its 2-rank cases. Not the
-# mmdet3d end-to-end, torchrun, zoo, cost or tooling (tests/tooling/) tests, nor the version
-# matrix: `make test` runs everything, these included. Listed here, in one place, rather than
-# marked in each file: a node id can pick a slow file's fast cases, and a name that no longer
-# exists fails the run instead of silently dropping out.
+# `summarize`, the stall guard's judgement and watchdog, and three of its 2-rank cases. Then the
+# mmcv 1.x adapter's core, from the checkout, in the openmmlab1 leg's venv (built when missing,
+# as `make test` does): what the import guards and the config's keys mean, every backward shape
+# trained by a real mmcv IterBasedRunner as mmcv's own DDP, bit for bit on 2 ranks (one launch),
+# the hook's exchange arithmetic and the fix lines. Not the mmdet3d end-to-end, torchrun, zoo,
+# cost or tooling (tests/tooling/) tests, nor the version matrix: `make test` runs everything,
+# these included. Listed here, in one place, rather than marked in each file: a node id can
+# pick a slow file's fast cases, and a name that no longer exists fails the run instead of
+# silently dropping out.
 QUICK_TESTS := \
 	tests/test_usage_record.py tests/test_step_backwards.py tests/test_enums.py \
 	tests/test_guarded_ddp_options.py tests/test_guarded_ddp_training.py \
@@ -46,8 +50,14 @@ QUICK_TESTS := \
 	'tests/test_stall_guard.py::test_waiting_for_one_slow_rank_is_not_a_hang[slow_rank_syncs-2_ranks-blocking]' \
 	tests/test_layout.py tests/test_python38_syntax.py tests/test_import_changes.py \
 	tests/test_training_changes.py tests/test_exchange_due.py
+QUICK_OPENMMLAB1_TESTS := \
+	tests/openmmlab1/test_openmmlab1_adapter.py tests/openmmlab1/test_step_backwards.py \
+	tests/openmmlab1/test_exchange_due_mmcv.py tests/openmmlab1/test_fix_lines_mmcv1.py
 test-quick: venv
 	$(PY) -m pytest $(QUICK_TESTS) -p no:cacheprovider -q --durations=10
+	bash tools/version_matrix.sh --build openmmlab1
+	PYTHONPATH=$(CURDIR) .venvs/openmmlab1/bin/python -m pytest $(QUICK_OPENMMLAB1_TESTS) \
+		-p no:cacheprovider -q --durations=5
 
 # One test file or node id on the pinned stack: make test-one T=tests/test_usage_record.py
 test-one: venv

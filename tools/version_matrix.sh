@@ -18,8 +18,10 @@
 # `pip install .`, dependencies included, which must leave torch exactly as it was; then the
 # leg's "documented fix", if any: what the README's install section tells such a user to run.
 #
-# Usage: tools/version_matrix.sh [--ci | --ci-first] [LEG ...]
+# Usage: tools/version_matrix.sh [--ci | --ci-first | --build] [LEG ...]
 #   default: every leg; LEG as named below.
+#   --build: only creates the venvs of the LEGs named that are missing, and runs no test
+#     (`make test-quick` runs the openmmlab1 leg's core tests from the checkout in its venv).
 #   --ci-first: the legs CI never leaves out (marked first: openmmlab1, the only test of a
 #     whole adapter), whatever the deadline; `make test` runs them before the suite, whose
 #     slowest tests give way instead when time is short (tests/ci_budget.py).
@@ -182,6 +184,22 @@ check_python38() {
   ".venvs/$1/bin/python" -c 'import sys, vermin; sys.exit(vermin.main())' \
     --target=3.8- --violations --eval-annotations --no-tips mmdet3d_ddp_guard setup.py
 }
+
+if [ "${1:-}" = --build ]; then
+  shift
+  for leg in "${LEGS[@]}"; do
+    IFS='|' read -r name python_version stack fix _ <<<"$leg"
+    if [[ " $* " != *" $name "* ]]; then continue; fi
+    if [ ! -e ".venvs/$name" ]; then
+      mkdir -p .venvs "$STORE/venvs"
+      ln -sfn "$STORE/venvs/$name" ".venvs/$name"
+    fi
+    if ! leg_is_built "$name" "$python_version" "$stack" "$fix"; then
+      make_leg_venv "$name" "$python_version" "$stack" "$fix"
+    fi
+  done
+  exit 0
+fi
 
 ci=no
 if [ "${1:-}" = --ci ] || [ "${1:-}" = --ci-first ]; then

@@ -35,7 +35,7 @@ def watch_ranks(position: RankPosition, timeout: Optional[float],
     if timeout is None or dist.get_world_size(process_group) < 2:
         return None
     live = _live_watchdog() if _live_watchdog is not None else None
-    if live is not None and not live._stopped:
+    if live is not None and not live.stopped:
         return None
     # Ranks build their wrappers in the same order: the n-th one shares its keys. Global
     # ranks name them: every group's members share the default store.

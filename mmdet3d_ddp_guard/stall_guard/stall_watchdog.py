@@ -78,14 +78,15 @@ class StallWatchdog:
         self._exit_callbacks: List[Callable[[], None]] = []
         # Serialises the store's use between this thread and report_exception's.
         self._lock = threading.Lock()
-        self._stopped = False
+        #: Set by :meth:`stop`; a wrapper built after it gets a watchdog of its own.
+        self.stopped = False
         self._faults_in_a_row = 0
         self._fault_pause = 0  # ticks left before the store is tried again
         self._ending = False
         self._last_progress = position.progress()
         self._still_since = time.monotonic()
         self._published_progress: Optional[int] = None
-        self._published_place: Optional[str] = None
+        self._published_reading: Optional[str] = None
         # This stall's state: what it logged already (another rank that moves and stalls
         # again while this one stays still must not make it repeat itself), the last
         # verdict read, the round it claimed and did not win, when to ask for a judgement.
@@ -109,7 +110,7 @@ class StallWatchdog:
     def stop(self) -> None:
         """Ends the thread, and withdraws this rank's snapshot (the end of a run: a wrapper
         built after it gets a watchdog of its own)."""
-        self._stopped = True
+        self.stopped = True
         deactivate(self.position.collectives)
         if self._published_progress is not None:
             try:
@@ -181,7 +182,7 @@ class StallWatchdog:
 
     def _ask_for_judgement(self) -> None:
         snapshot = self.position.snapshot()
-        if _place(snapshot) != self._published_place:
+        if _reading(snapshot) != self._published_reading:
             self._publish(snapshot)  # the stack moved inside torch code: the new one
         verdict = self._verdict
         next_round = max(self._first_round, verdict.round + 1 if verdict else 0)
@@ -268,16 +269,16 @@ class StallWatchdog:
     def _publish(self, snapshot: dict) -> None:
         self._published_progress = self.position.progress()
         self.store.publish(snapshot)
-        self._published_place = _place(snapshot)
+        self._published_reading = _reading(snapshot)
 
     def _withdraw(self) -> None:
         self.store.withdraw()
-        self._published_progress = self._published_place = None
+        self._published_progress = self._published_reading = None
         self._verdict, self._claimed = None, None
         self._logged.clear()
 
 
-def _place(snapshot: dict) -> str:
+def _reading(snapshot: dict) -> str:
     """What must not change between two readings of a stalled rank (its stack included:
     a thread that computes inside torch.distributed code shows a different line)."""
     return json.dumps([snapshot['moves'], snapshot['phase'], snapshot['error'],
@@ -288,7 +289,7 @@ def _watch(watchdog_ref, tick: float) -> None:
     while True:
         time.sleep(tick)
         watchdog = watchdog_ref()
-        if watchdog is None or watchdog._stopped:
+        if watchdog is None or watchdog.stopped:
             return
         try:
             watchdog.look()

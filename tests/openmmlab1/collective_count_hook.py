@@ -19,7 +19,7 @@ class CollectiveCountHook(Hook):
         watchdog = getattr(runner.model, 'stall_watchdog', None)
         if watchdog is not None:  # read after every after_run hook, the guard's included
             atexit.register(lambda: print(f'[stall guard] rank={runner.rank} '
-                                          f'stopped={watchdog._stopped}', flush=True))
+                                          f'stopped={watchdog.stopped}', flush=True))
 
     @staticmethod
     def _issued() -> int:

@@ -242,4 +242,4 @@ def test_the_checkpoint_phase_is_published_while_mmcv_saves(tmp_path, single_ran
     assert position.phase == 'optimizer step'
     assert torch.load(tmp_path / 'iter_1.pth')['state_dict'].keys() == {'weight', 'bias'}
     runner.call_hook('after_run')
-    assert watchdog._stopped
+    assert watchdog.stopped
