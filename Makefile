@@ -29,7 +29,7 @@ test: venv
 # mmcv 1.x adapter's core, from the checkout, in the openmmlab1 leg's venv (built when missing,
 # as `make test` does): what the import guards and the config's keys mean, every backward shape
 # trained by a real mmcv IterBasedRunner as mmcv's own DDP, bit for bit on 2 ranks (one launch),
-# the hook's exchange arithmetic and the fix lines. Not the mmdet3d end-to-end, torchrun, zoo,
+# the hook's exchange arithmetic, the fix lines, and its step's calls, down and in order. Not the mmdet3d end-to-end, torchrun, zoo,
 # cost or tooling (tests/tooling/) tests, nor the version matrix: `make test` runs everything,
 # these included. Listed here, in one place, rather than marked in each file: a node id can
 # pick a slow file's fast cases, and a name that no longer exists fails the run instead of
@@ -49,10 +49,11 @@ QUICK_TESTS := \
 	'tests/test_stall_guard.py::test_a_rank_that_raises_while_the_others_wait[2_ranks]' \
 	'tests/test_stall_guard.py::test_waiting_for_one_slow_rank_is_not_a_hang[slow_rank_syncs-2_ranks-blocking]' \
 	tests/test_layout.py tests/test_python38_syntax.py tests/test_import_changes.py \
-	tests/test_training_changes.py tests/test_exchange_due.py
+	tests/test_training_changes.py tests/test_exchange_due.py tests/test_one_way_step.py
 QUICK_OPENMMLAB1_TESTS := \
 	tests/openmmlab1/test_openmmlab1_adapter.py tests/openmmlab1/test_step_backwards.py \
-	tests/openmmlab1/test_exchange_due_mmcv.py tests/openmmlab1/test_fix_lines_mmcv1.py
+	tests/openmmlab1/test_exchange_due_mmcv.py tests/openmmlab1/test_fix_lines_mmcv1.py \
+	tests/test_one_way_step.py
 test-quick: venv
 	$(PY) -m pytest $(QUICK_TESTS) -p no:cacheprovider -q --durations=10
 	bash tools/version_matrix.sh --build openmmlab1

@@ -60,7 +60,7 @@ TESTS=(
   tests/test_ddp_contract.py::test_the_guard_handles_and_trains_as_the_framework_s_own_wrapper
   # Sparse gradients in every place of DDP's bucket order, against an independent computation.
   tests/test_sparse_gradients.py
-  tests/test_guarded_ddp_training.py tests/test_guarded_ddp_options.py
+  tests/test_guarded_ddp_training.py tests/test_guarded_ddp_options.py tests/test_one_way_step.py
   tests/test_collective_budget.py tests/test_unused_params_hook.py
   tests/test_outcome_words.py tests/test_cpu_launch.py tests/test_stall_diagnosis.py
   'tests/test_stall_guard.py::test_sync_bn_in_a_branch_some_ranks_skip[2_ranks-nonblocking]'
@@ -72,7 +72,8 @@ TESTS=(
 # The openmmlab1 leg has no MMEngine: the layout's import rules, what importing the package
 # changes there (README), and its adapter's own tests.
 OPENMMLAB1_TESTS=(tests/test_layout.py tests/test_ddp_contract.py tests/test_import_changes.py
-  tests/test_sparse_gradients.py tests/test_training_changes.py tests/openmmlab1)
+  tests/test_sparse_gradients.py tests/test_training_changes.py tests/test_one_way_step.py
+  tests/openmmlab1)
 
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
 

@@ -9,7 +9,7 @@ which builds the record, DDP and the guard in the one order that works on every 
 """
 import contextlib
 import logging
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -32,8 +32,9 @@ class GuardedWrapper:
     guarded DDP wrapper.
 
     **One step, one way.** Every call goes down, from the adapter into the guard: the guard
-    takes the adapter's logger at build and, during a step, nothing but the arguments of
-    these calls; it never calls the adapter back. Each training step, an adapter:
+    takes the framework's logging function at build and, during a step, nothing but the
+    arguments of these calls; it never calls the adapter back (tests/test_one_way_step.py
+    holds both adapters to it). Each training step, an adapter:
 
     1. reads its framework's iteration number (its runner's; outside a runner, the number of
        backwards settled so far, :attr:`UnusedCompletion.iterations_ended
@@ -56,8 +57,9 @@ class GuardedWrapper:
     **The adapter interface.** A subclass gives its framework's words (``lines``: the config
     lines its messages name), names itself and the way to DDP's graph search in
     ``comm_hook_refusal`` (``(wrapper, fix)``, the words of the error a user's own comm hook
-    gets while the counts ride the gradient all-reduce), its logger (:meth:`log`), and its own
-    per-wrapper attributes (:meth:`_adapter_state`, :meth:`_init_adapter_state`).
+    gets while the counts ride the gradient all-reduce), its framework's logging function
+    (``log``), and its own per-wrapper attributes (:meth:`_adapter_state`,
+    :meth:`_init_adapter_state`).
 
     **Copies.** ``copy.deepcopy`` and pickling (``torch.save`` of the whole wrapper) work as
     on DDP, whose ``__getstate__`` drops the process group and reducer and whose
@@ -70,6 +72,10 @@ class GuardedWrapper:
     """
 
     lines: ConfigLines
+    #: The framework's own logging function, ``log(message, level=level)``
+    #: (``logging.ERROR`` reaches every rank's console: the stall guard's verdicts); the
+    #: guard logs through it without calling into the adapter.
+    log: Callable[..., None]
     comm_hook_refusal = ('mmdet3d_ddp_guard', 'use find_unused_parameters=True')
     #: What :meth:`_guard` adds to DDP's state: this wrapper's training, never a copy's.
     _guard_state = ('usage_record', 'completion', 'stall_position', 'stall_watchdog',
@@ -88,7 +94,7 @@ class GuardedWrapper:
         from the framework's own wrapper's: :mod:`.sparse_gradients`)."""
         collectives_warning = forward_collectives_warning(module, self.lines.wrapper)
         if collectives_warning:
-            self.log(collectives_warning, logging.WARNING)
+            self.log(collectives_warning, level=logging.WARNING)
         usage_record = ParamUsageRecord(module, ddp_arguments.get('process_group'))
         graph_search = policy.decision.mode == Mode.FIND_UNUSED
         super().__init__(module, find_unused_parameters=graph_search,
@@ -96,11 +102,11 @@ class GuardedWrapper:
         set_static_graph(self, static_graph)
         self._guard(module, usage_record, policy, stall_timeout)
         self.log(policy.decision.format(),
-                 logging.WARNING if policy.decision.warning else logging.INFO)
+                 level=logging.WARNING if policy.decision.warning else logging.INFO)
         sparse_notice = sparse_gradients_notice(usage_record.table, policy.decision.mode,
                                                 self.lines)
         if sparse_notice:
-            self.log(sparse_notice, logging.WARNING)
+            self.log(sparse_notice, level=logging.WARNING)
 
     def _guard(self, module: nn.Module, usage_record: ParamUsageRecord, policy: DecisionPolicy,
                stall_timeout: Optional[float]) -> None:
@@ -109,19 +115,19 @@ class GuardedWrapper:
         off), and the adapter's own state."""
         self.policy = policy
         self.usage_record = usage_record
-        # The class's (static) logger, not a bound method: the counts' comm hook lives in
-        # DDP's C++ reducer and the watchdog's thread holds its logger, where a reference
+        # The framework's logging function, not a bound method: the counts' comm hook lives
+        # in DDP's C++ reducer and the watchdog's thread holds its logger, where a reference
         # back to this wrapper would keep it alive for ever.
-        log = type(self).log
+        log = self.log
         self.completion = UnusedCompletion(self, usage_record, policy,
-                                           lambda message: log(message, logging.INFO))
+                                           lambda message: log(message, level=logging.INFO))
         if dist.get_backend(self.process_group) == 'gloo':
             leave_gloo_cleanly_at_exit()
         self.stall_position = RankPosition(module)
         self.stall_watchdog = watch_ranks(
             self.stall_position, stall_timeout,
-            lambda message, is_error: log(message,
-                                          logging.ERROR if is_error else logging.WARNING),
+            lambda message, is_error: log(
+                message, level=logging.ERROR if is_error else logging.WARNING),
             self.process_group)
         if self.stall_watchdog is not None:
             self.completion.watch_buckets(self.stall_position.collectives.record_bucket)
@@ -173,12 +179,6 @@ class GuardedWrapper:
         if self.stall_watchdog is not None and error is not self._reported:
             self._reported = error
             self.stall_watchdog.report_exception(error)
-
-    @staticmethod
-    def log(message: str, level: int) -> None:
-        """Logs in the framework's logger at ``level`` (``logging.ERROR`` reaches every
-        rank's console: the stall guard's verdicts)."""
-        raise NotImplementedError
 
     def __getstate__(self):
         state = super().__getstate__()  # DDP's: no process group, reducer or logger

@@ -8,6 +8,7 @@ read. So the class itself is guarded, in place: :func:`guard_mmcv_ddp` gives it 
 ``__new__`` that builds a :class:`GuardedMMDistributedDataParallel` instead, whatever name
 the caller holds it by. Subclasses of it that a codebase defines are left alone.
 """
+import functools
 import sys
 import weakref
 from typing import Optional
@@ -165,9 +166,7 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
         runner = self._runner() if self._runner is not None else None
         return self.completion.iterations_ended if runner is None else runner.iter
 
-    @staticmethod
-    def log(message: str, level: int) -> None:
-        print_log(message, logger='mmcv', level=level)
+    log = staticmethod(functools.partial(print_log, logger='mmcv'))
 
 
 def _optimizer_hooks(runner: BaseRunner) -> str:

@@ -1,5 +1,6 @@
 """GuardedDDP: MMEngine's DDP wrapper that never dies of unused parameters."""
 import contextlib
+import functools
 import inspect
 import weakref
 from typing import Callable, Dict, Optional, Union
@@ -160,10 +161,8 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
         iteration = MessageHub.get_current_instance().get_info('iter')
         return self.completion.iterations_ended if iteration is None else iteration
 
-    @staticmethod
-    def log(message: str, level: int) -> None:
-        # MMEngine shows only errors on ranks other than 0.
-        print_log(message, logger='current', level=level)
+    # MMEngine shows only errors on ranks other than 0.
+    log = staticmethod(functools.partial(print_log, logger='current'))
 
     def _adapter_state(self):
         return ('_runner', )

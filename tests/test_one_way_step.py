@@ -1,0 +1,100 @@
+"""One step, one way: on 2 gloo ranks, the installed adapter's guarded wrapper (MMEngine's
+GuardedDDP on the pinned stack, mmcv 1.x's in the openmmlab1 leg) trains with parameters
+unused on one rank, plainly and with gradient accumulation, and
+
+- every step makes the guard's calls of ``GuardedWrapper``'s docstring, in its order:
+  ``guarded_step(iteration)``, then ``enter_backward()``, then
+  ``settle_after_backward(reduces, iteration)`` with the same iteration, once each;
+- no code of the framework-free folders (the guard, the stall guard, the reports) calls a
+  function of the adapter's folder while the steps run (a profile of every Python call):
+  the adapter passes everything down, the guard calls nothing back.
+
+A change to one adapter that reorders its step, or a call-back from the guard into an adapter
+(an iteration source, a settling or error call-back, an adapter's logging method), fails
+here."""
+import os.path as osp
+import sys
+
+import pytest
+
+import mmdet3d_ddp_guard
+from mmdet3d_ddp_guard.environment.frameworks import installed_frameworks
+from tests.dist_utils import run_distributed
+
+ADAPTER = 'mmengine' if 'mmengine' in installed_frameworks() else 'mmcv'
+PACKAGE = osp.dirname(mmdet3d_ddp_guard.__file__)
+ADAPTER_FOLDERS = tuple(osp.join(PACKAGE, name) + osp.sep for name in ('openmmlab1',
+                                                                          'openmmlab2'))
+FRAMEWORK_FREE_FOLDERS = tuple(osp.join(PACKAGE, name) + osp.sep
+                               for name in ('guard', 'stall_guard', 'reporting', 'messages',
+                                            'environment', 'rank_simulation'))
+ITERATIONS = 4
+
+
+def _steps_and_crossings(rank: int, world_size: int, case_name: str):
+    from mmdet3d_ddp_guard.guard.guarded_wrapper import GuardedWrapper
+    from tests.ddp_contract import CASES, ContractNet, _batch, load_adapter
+    adapter = load_adapter(ADAPTER)
+    case = CASES[case_name]
+    calls = []
+    guarded_step = GuardedWrapper.guarded_step
+    enter_backward = GuardedWrapper.enter_backward
+    settle_after_backward = GuardedWrapper.settle_after_backward
+
+    def recorded_guarded_step(self, iteration, then=None):
+        calls.append(('guarded_step', iteration))
+        return guarded_step(self, iteration, then)
+
+    def recorded_enter_backward(self):
+        calls.append(('enter_backward', ))
+        return enter_backward(self)
+
+    def recorded_settle_after_backward(self, reduces, iteration):
+        calls.append(('settle_after_backward', reduces, iteration))
+        return settle_after_backward(self, reduces, iteration)
+
+    GuardedWrapper.guarded_step = recorded_guarded_step
+    GuardedWrapper.enter_backward = recorded_enter_backward
+    GuardedWrapper.settle_after_backward = recorded_settle_after_backward
+    crossings = set()
+
+    def profile(frame, event, arg):
+        if event != 'call' or frame.f_back is None:
+            return
+        callee, caller = frame.f_code, frame.f_back.f_code
+        if callee.co_filename.startswith(ADAPTER_FOLDERS) \
+                and caller.co_filename.startswith(FRAMEWORK_FREE_FOLDERS):
+            crossings.add(f'{osp.relpath(caller.co_filename, PACKAGE)}:{caller.co_name} -> '
+                          f'{osp.relpath(callee.co_filename, PACKAGE)}:{callee.co_name}')
+
+    ddp = adapter.wrap(adapter.model(ContractNet()), True, 'auto')
+    optimizer = adapter.optimizer(ddp, case.accumulate, case.momentum)
+    sys.setprofile(profile)
+    try:
+        for iteration in range(ITERATIONS):
+            adapter.step(ddp, optimizer, _batch(iteration, rank, case), iteration,
+                         case.accumulate)
+    finally:
+        sys.setprofile(None)
+    if ddp.stall_watchdog is not None:
+        ddp.stall_watchdog.stop()
+    revised = ddp.decision.iteration is not None
+    return dict(calls=calls, crossings=sorted(crossings), revised=revised)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize('case_name', ['rank_dependent_branch', 'no_sync_accumulation'])
+def test_every_step_calls_down_in_one_order_and_nothing_calls_back(case_name):
+    results = run_distributed(_steps_and_crossings, case_name, timeout=180)
+    accumulate = 2 if case_name == 'no_sync_accumulation' else 1
+    expected = []
+    for iteration in range(ITERATIONS):
+        reduces = (iteration + 1) % accumulate == 0
+        expected += [('guarded_step', iteration), ('enter_backward', ),
+                     ('settle_after_backward', reduces, iteration)]
+    for rank, result in enumerate(results):
+        assert result['calls'] == expected, (rank, ADAPTER, result['calls'])
+        assert result['crossings'] == [], (rank, ADAPTER, result['crossings'])
+        # The decision was revised (rank 1 skipped the branch) and logged, through the
+        # framework's logging function: the guard logged without calling the adapter.
+        assert result['revised'], rank
