@@ -7,7 +7,7 @@ from mmengine.logging import MMLogger
 from mmdet3d_ddp_guard import GuardedDDP
 from mmdet3d_ddp_guard.guard.forward_collectives import forward_collective_modules
 from mmdet3d_ddp_guard.rank_simulation.forward_collective_counts import (config_key_of,
-                                                                        sync_norm_cfg_keys)
+                                                                         sync_norm_cfg_keys)
 
 pytest.importorskip('mmcv')
 from tests.toys.gated_refiner_toy import ToyGatedRefinerDetector  # noqa: E402

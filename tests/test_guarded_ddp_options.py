@@ -74,7 +74,7 @@ def test_explicit_settings_are_honoured_and_train():
 def test_read_request_reads_both_places_and_refuses_contradictions():
     assert read_request(not_given()) == ('auto', 'default')
     assert read_request(not_given(), True) == (True, 'config top-level '
-                                                        'find_unused_parameters')
+                                                     'find_unused_parameters')
     assert read_request(False, not_given()) == (False, 'model_wrapper_cfg')
     assert read_request('auto', 'auto')[0] == 'auto'
     with pytest.raises(ValueError, match='sets find_unused_parameters twice'):

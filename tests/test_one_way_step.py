@@ -23,8 +23,8 @@ from tests.dist_utils import run_distributed
 
 ADAPTER = 'mmengine' if 'mmengine' in installed_frameworks() else 'mmcv'
 PACKAGE = osp.dirname(mmdet3d_ddp_guard.__file__)
-ADAPTER_FOLDERS = tuple(osp.join(PACKAGE, name) + osp.sep for name in ('openmmlab1',
-                                                                          'openmmlab2'))
+ADAPTER_FOLDERS = tuple(osp.join(PACKAGE, name) + osp.sep
+                        for name in ('openmmlab1', 'openmmlab2'))
 FRAMEWORK_FREE_FOLDERS = tuple(osp.join(PACKAGE, name) + osp.sep
                                for name in ('guard', 'stall_guard', 'reporting', 'messages',
                                             'environment', 'rank_simulation'))

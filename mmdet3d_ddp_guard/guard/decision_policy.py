@@ -21,6 +21,7 @@ from ..messages.text_enum import TextEnum
 from .iteration_usage import IterationUsage, UsageStatistics
 from .param_table import ParamTable
 
+
 class Mode(TextEnum):
     """How GuardedDDP treats unused parameters (a :class:`Decision`'s ``mode``); a member
     reads as its text (:class:`TextEnum`)."""
@@ -66,6 +67,7 @@ MODE_EXPLANATIONS = {
         'clear error (which ranks, names, shapes, modules, the config line that fixes '
         'it).'),
 }
+
 
 @dataclass
 class Decision:

@@ -115,8 +115,9 @@ def reaches_any(root: torch.Tensor, params: Set[torch.Tensor]) -> bool:
 @dataclass(frozen=True)
 class StepErrorTexts:
     """The framework's words for the errors (RuntimeError) a step's backwards can end in,
-    each a format string naming the cause and the fix; ``{hook}`` is where the framework runs the backwards
-    (its optimizer hooks), ``{model}`` the model's class, ``{param}`` a parameter's name."""
+    each a format string naming the cause and the fix; ``{hook}`` is where the framework
+    runs the backwards (its optimizer hooks), ``{model}`` the model's class, ``{param}`` a
+    parameter's name."""
     own_backward_in_train_step: str  # {model}
     late_backward: str  # {param}, {hook}
     backward_raised: str  # {hook}

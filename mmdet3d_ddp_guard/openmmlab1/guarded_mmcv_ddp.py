@@ -23,7 +23,7 @@ from ..guard.guarded_wrapper import GuardedWrapper
 from ..guard.step_backwards import StepBackwards
 from ..messages.config_lines import MMCV1_LINES
 from ..messages.mode_request import CONFIG_TOP_LEVEL, not_given, read_request
-from ..stall_guard import DEFAULT_STALL_TIMEOUT, Phase, check_stall_timeout
+from ..stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
 from .cpu_launch import CPUCompatibleMMDistributedDataParallel, ddp_arguments
 from .stall_phase_hook import StallPhaseHook
 from .step_errors import MMCV1_STEP_ERRORS
@@ -247,5 +247,3 @@ def _training_config() -> Optional[Config]:
                 return value
         frame = frame.f_back
     return None
-
-

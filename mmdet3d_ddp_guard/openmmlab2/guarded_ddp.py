@@ -15,9 +15,9 @@ from mmengine.registry import MODEL_WRAPPERS
 from ..environment.ddp_compat import untraced
 from ..environment.versions import graph_search_accumulates_right
 from ..guard.decision_policy import DecisionPolicy, Mode
-from ..messages.mode_request import not_given, read_request
 from ..guard.guarded_wrapper import GuardedWrapper
 from ..messages.config_lines import MMENGINE_LINES
+from ..messages.mode_request import not_given, read_request
 from ..stall_guard import DEFAULT_STALL_TIMEOUT, Phase, check_stall_timeout
 from .accumulation import configured_accumulation
 from .cpu_launch import log_dropped_device_ids

@@ -66,7 +66,7 @@ def test_every_mmcv_ddp_built_after_the_import_is_guarded_unless_turned_off(
 def test_what_the_config_wrote_wins_and_the_scripts_default_is_no_choice(config, script,
                                                                           expected):
     requested, source = read_config_request(script, None if config is None
-                                               else Config(config))
+                                            else Config(config))
     assert requested == expected
     if config and 'find_unused_parameters' in config:
         assert source == 'config top-level find_unused_parameters'
