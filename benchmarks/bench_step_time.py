@@ -155,8 +155,9 @@ def main():
     for name, (make_model, wrappers) in comparisons(args).items():
         batch = make_batch(name, args, device, rank)
         runs = {w: build(w, make_model, device) for w in wrappers}
-        if 'guarded_auto' in runs and runs['guarded_auto'][0].stall_watchdog is None:
-            raise RuntimeError('guarded_auto has no stall watchdog: another wrapper holds it')
+        # A world of one rank has nobody to wait for, hence no stall guard to measure.
+        if dist.get_world_size() > 1 and runs[GUARDED][0].stall_watchdog is None:
+            raise RuntimeError(f'{GUARDED} has no stall watchdog')
         times = {w: [] for w in runs}
         peaks = {w: [] for w in runs}
         with torch.autocast('cuda', torch.bfloat16, enabled=args.amp):
@@ -176,7 +177,7 @@ def main():
                     row[f'time_vs_{base}'] = row['step_ms'] / rows[base]['step_ms']
                     row[f'memory_vs_{base}'] = row['peak_mib'] / rows[base]['peak_mib']
         results[name] = rows
-        for ddp, _ in runs.values():  # the next model's guarded_auto gets the watchdog
+        for ddp, _ in runs.values():  # the end of a run, as the Runner's stall hook ends it
             if getattr(ddp, 'stall_watchdog', None) is not None:
                 ddp.stall_watchdog.stop()
         del runs

@@ -9,6 +9,8 @@ them again: seconds per rank on a quiet machine, over a minute on a loaded 2-cor
 and the suite starts a few hundred ranks. The fork server has run no torch operation, so its
 children start with no thread pool or process group to inherit; they take the test's
 environment variables with their arguments, since a fork server keeps those of its own start.
+Nor has it initialised CUDA (:mod:`tests.fork_server_start`, imported first), so that its
+children can use the GPU (``tests/test_harness_cuda_safe.py`` holds it on a CPU machine).
 
 On a GPU machine the same tests run on CUDA: ``DDP_GUARD_TEST_BACKEND=nccl`` and
 ``DDP_GUARD_TEST_WORLD_SIZE=1`` select NCCL at world size 1 (default: gloo, 2 ranks, which
@@ -37,6 +39,8 @@ from tests.timeouts import scaled
 # session has imported mmdet3d itself (a test collected that needs it): the fork server
 # survives only an ImportError, and mmdet/mmdet3d refuse an mmcv they do not accept with an
 # AssertionError.
+#: The fork server's first import: it keeps the CUDA runtime untouched by the imports after it.
+FORK_SERVER_START = 'tests.fork_server_start'
 PRELOADED = ['torch', 'torch.distributed', 'torch.nn.parallel', 'mmengine.runner',
              'mmdet3d_ddp_guard', 'tests.scenarios']
 PRELOADED_WITH_MMDET3D = ['mmdet3d.models', 'mmdet3d.datasets']
@@ -49,16 +53,27 @@ def _join_group(rank: int, world_size: int, port: int, environment: dict,
     # Ranks beyond the GPU count share GPUs; MMEngine's logger indexes the visible GPUs
     # with LOCAL_RANK, so it must name a GPU that exists.
     gpus = torch.cuda.device_count()
+    if gpus and torch.cuda._is_in_bad_fork():
+        raise RuntimeError(
+            'this rank cannot use CUDA: its fork server initialised the CUDA runtime '
+            f'before forking it, although {FORK_SERVER_START} asked torch to use NVML '
+            'instead (is libnvidia-ml.so.1 missing?); tests/test_harness_cuda_safe.py '
+            'names the import that does it')
     local_rank = rank % gpus if gpus else rank
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
                       LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size))
     dist.init_process_group(backend, rank=rank, world_size=world_size)
 
 
+def fork_server_preload() -> List[str]:
+    """What the fork server imports, in order, before it forks the first rank."""
+    return ([FORK_SERVER_START] + PRELOADED
+            + (PRELOADED_WITH_MMDET3D if 'mmdet3d' in sys.modules else []))
+
+
 def _forkserver():
     context = mp.get_context('forkserver')
-    context.set_forkserver_preload(
-        PRELOADED + (PRELOADED_WITH_MMDET3D if 'mmdet3d' in sys.modules else []))
+    context.set_forkserver_preload(fork_server_preload())
     return context
 
 

@@ -1,6 +1,6 @@
 """What the stall guard, on by default, costs where it has nothing to do: a crash ends as fast
 as without it and keeps its traceback; a compiled model compiles the same frames; a second
-wrapper in the process never judges; a stop lets a checkpoint being written finish."""
+wrapper in the process takes it over, loudly; a stop lets a checkpoint being written finish."""
 import gc
 import os.path as osp
 import subprocess
@@ -59,26 +59,52 @@ def test_a_crash_ends_as_fast_as_without_the_guard_with_its_traceback(tmp_path, 
     assert on.seconds < off.seconds + CRASH_SLACK * scaled(1.0), (on.seconds, off.seconds)
 
 
-def _builds_two_wrappers(rank: int, world_size: int):
+def _builds_wrappers_one_after_another(rank: int, world_size: int):
+    import logging
+
+    from mmengine.logging import MMLogger
+    warnings = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    MMLogger.get_current_instance().addHandler(handler)
     first = GuardedDDP(nn.Linear(4, 4), stall_timeout=30)
-    second = GuardedDDP(nn.Linear(4, 4), stall_timeout=30)  # an evaluation model
-    result = [first.stall_watchdog is not None, second.stall_watchdog is None]
-    # What train_step does first: the training thread now steps for the second wrapper.
-    first.stall_position.start_forward(0)
+    result = dict(first_watched=first.stall_watchdog is not None, warned_at_first=warnings[:])
+    second = GuardedDDP(nn.Sequential(nn.Linear(4, 4)), stall_timeout=30)  # a notebook's next
+    result.update(second_watched=second.stall_watchdog is not None,
+                  first_stopped=first.stall_watchdog.stopped, warned_at_second=warnings[:])
+    # A wrapper without a stall guard of its own leaves it where it is.
+    unguarded = GuardedDDP(nn.Linear(4, 4), stall_timeout=None)
+    result.update(second_kept=not second.stall_watchdog.stopped,
+                  unguarded_watched=unguarded.stall_watchdog is not None)
+    # What train_step does first: the training thread now steps for the first wrapper.
     second.stall_position.start_forward(0)
-    result.append(first.stall_position.is_current())
-    del second
-    gc.collect()  # once it is gone, the first one's position is the current one again
-    result.append(first.stall_position.is_current())
-    first.stall_watchdog.stop()  # the end of the first run: the next wrapper gets one
+    first.stall_position.start_forward(0)
+    result['second_current'] = second.stall_position.is_current()
+    del first
+    gc.collect()  # once it is gone, the second one's position is the current one again
+    result['second_current_again'] = second.stall_position.is_current()
+    second.stall_watchdog.stop()  # the end of a run: the next wrapper takes it silently
     third = GuardedDDP(nn.Linear(4, 4), stall_timeout=30)
-    result.append(third.stall_watchdog is not None)
+    result.update(third_watched=third.stall_watchdog is not None,
+                  warnings_in_all=len(warnings))
     third.stall_watchdog.stop()
     return result
 
 
-def test_a_second_wrapper_in_the_process_never_judges_nor_silences_the_first():
-    assert run_distributed(_builds_two_wrappers) == [[True, True, False, True, True]] * 2
+def test_the_newest_wrapper_of_a_process_takes_the_stall_guard_and_says_so():
+    """A sweep or a notebook builds its next wrapper while the last one is alive: the stall
+    guard moves to the new one, with a warning that names both wrappers' models and the
+    line that keeps it where it was."""
+    for result in run_distributed(_builds_wrappers_one_after_another):
+        warning, = result.pop('warned_at_second')
+        assert warning.startswith('GuardedDDP (around Sequential): the stall guard moves to '
+                                  'this wrapper'), warning
+        assert 'built before it (around Linear), still alive and not stopped' in warning
+        assert "model_wrapper_cfg = dict(type='GuardedDDP', stall_timeout=None)" in warning
+        assert result == dict(first_watched=True, warned_at_first=[], second_watched=True,
+                              first_stopped=True, second_kept=True, unguarded_watched=False,
+                              second_current=False, second_current_again=True,
+                              third_watched=True, warnings_in_all=1)
 
 
 @pytest.mark.timeout(240)

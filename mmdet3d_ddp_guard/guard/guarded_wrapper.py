@@ -128,7 +128,7 @@ class GuardedWrapper:
             self.stall_position, stall_timeout,
             lambda message, is_error: log(
                 message, level=logging.ERROR if is_error else logging.WARNING),
-            self.process_group)
+            self.process_group, self.lines, type(module).__name__)
         if self.stall_watchdog is not None:
             self.completion.watch_buckets(self.stall_position.collectives.record_bucket)
         self._reported: Optional[BaseException] = None

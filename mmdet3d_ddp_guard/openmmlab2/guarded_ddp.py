@@ -220,13 +220,17 @@ def _building_runner():
 
     ``Runner.wrap_model`` reads the config's top-level ``find_unused_parameters`` only when
     ``model_wrapper_cfg`` is None and passes the wrapper nothing of the config, so the
-    Runner is found on the call stack.
+    Runner is found on the call stack. Only the runners' own frames are read: reading a
+    frame's ``f_locals`` keeps a copy of its locals (Python < 3.13), which would keep a
+    caller's objects, a previous wrapper among them, alive after the caller deleted them.
     """
     from mmengine.runner import FlexibleRunner, Runner
+    runner_files = {inspect.getsourcefile(Runner), inspect.getsourcefile(FlexibleRunner)}
     frame = inspect.currentframe()
     while frame is not None:
-        candidate = frame.f_locals.get('self')
-        if isinstance(candidate, (Runner, FlexibleRunner)):
-            return candidate
+        if frame.f_code.co_filename in runner_files:
+            candidate = frame.f_locals.get('self')
+            if isinstance(candidate, (Runner, FlexibleRunner)):
+                return candidate
         frame = frame.f_back
     return None

@@ -1,5 +1,5 @@
 """Starting a wrapper's stall guard: its option checked where the adapter reads it, and
-its watchdog built on the run's own store, one per process.
+its watchdog built on the run's own store, one per process: the newest wrapper's.
 """
 import itertools
 import os
@@ -9,6 +9,7 @@ from typing import Callable, Optional
 import torch.distributed as dist
 
 from ..messages.config_lines import ConfigLines
+from ..messages.stall_guard_moved import stall_guard_moved
 from .collective_log import global_ranks
 from .rank_position import RankPosition
 from .recording_functions import activate, deactivate
@@ -21,29 +22,50 @@ BLOCKING_BACKENDS = ('gloo', )
 #: a gloo run then judges as an NCCL run does (the tests emulate NCCL with it).
 NONBLOCKING_ENV = 'MMDET3D_DDP_GUARD_NONBLOCKING_COLLECTIVES'
 
-# The watchdog of this process, while its wrapper lives: a second wrapper gets none.
-_live_watchdog: Optional['weakref.ref'] = None
+class _ProcessWatchdog:
+    """The watchdog of this process and the class name of the model it watches, held
+    weakly: a wrapper collected without stop() leaves none."""
+
+    def __init__(self):
+        self._held: Optional['weakref.ref'] = None
+        self.model = ''
+
+    def live(self) -> Optional[StallWatchdog]:
+        watchdog = self._held() if self._held is not None else None
+        return None if watchdog is None or watchdog.stopped else watchdog
+
+    def hold(self, watchdog: StallWatchdog, model: str) -> None:
+        self._held, self.model = weakref.ref(watchdog), model
+
+
+_PROCESS_WATCHDOG = _ProcessWatchdog()
 
 
 def watch_ranks(position: RankPosition, timeout: Optional[float],
-                log: Callable[[str, bool], None],
-                process_group) -> Optional['StallWatchdog']:
+                log: Callable[[str, bool], None], process_group, lines: ConfigLines,
+                model: str) -> Optional['StallWatchdog']:
     """A wrapper's watchdog, started, with this rank's collectives recorded into
-    ``position``; None when the stall guard is off (``timeout`` None), the group has one
-    rank (nobody to wait for), or another wrapper of this process has the watchdog."""
-    global _live_watchdog
+    ``position``; None when the stall guard is off (``timeout`` None) or the group has one
+    rank (nobody to wait for).
+
+    A process has one watchdog, the newest wrapper's: a watchdog that another wrapper of
+    the process still runs is stopped, and ``log`` says so in the user's ``lines`` (a sweep
+    or a notebook builds the wrapper that trains next while the last one is alive). A
+    wrapper that does not train keeps it where it is with ``stall_timeout=None``. ``model``
+    is the wrapped model's class name, which the warning names."""
     if timeout is None or dist.get_world_size(process_group) < 2:
         return None
-    live = _live_watchdog() if _live_watchdog is not None else None
-    if live is not None and not live.stopped:
-        return None
+    earlier = _PROCESS_WATCHDOG.live()
+    if earlier is not None:
+        earlier.stop()
+        log(stall_guard_moved(lines, _PROCESS_WATCHDOG.model, model), False)
     # Ranks build their wrappers in the same order: the n-th one shares its keys. Global
     # ranks name them: every group's members share the default store.
     store = StallStore(dist.PrefixStore(f'{KEY_PREFIX}{next(_WATCHDOGS_BUILT)}/',
                                         _default_store()),
                        dist.get_rank(process_group), global_ranks(process_group))
     watchdog = StallWatchdog(position, timeout, log, store, collectives_block(process_group))
-    _live_watchdog = weakref.ref(watchdog)
+    _PROCESS_WATCHDOG.hold(watchdog, model)
     activate(position.collectives)
     # A wrapper collected without stop() (a benchmark's, a test's) records nothing after.
     weakref.finalize(watchdog, deactivate, position.collectives)

@@ -23,8 +23,8 @@ does it use the c10d store the run already has:
 A rank whose training step raises publishes its error (at most :data:`REPORT_WAIT` seconds,
 on a thread of its own, so that a hung store cannot hold the error back) and the error goes
 on up, with its traceback, as without the guard: torchrun then ends the other ranks, and
-any rank whose watchdog fires first names the error. Only the first guarded wrapper of a
-process that is alive has a watchdog: a second one (an evaluation model wrapped) never judges.
+any rank whose watchdog fires first names the error. A process has one watchdog, the newest
+wrapper's (:func:`~.guard_start.watch_ranks`).
 """
 import json
 import threading
@@ -61,8 +61,7 @@ class StallWatchdog:
         timeout (float): Seconds without movement before the rank publishes its position.
         log (callable): ``log(message, is_error)``; the adapter's logger.
         store (StallStore): This rank's side of the store protocol.
-        blocking (bool): Whether the group's collectives block the host
-            (:func:`collectives_block`).
+        blocking (bool): Whether the group's collectives block the host.
     """
 
     def __init__(self, position: RankPosition, timeout: float,
@@ -108,8 +107,7 @@ class StallWatchdog:
                          name='mmdet3d_ddp_guard-stall-watchdog').start()
 
     def stop(self) -> None:
-        """Ends the thread, and withdraws this rank's snapshot (the end of a run: a wrapper
-        built after it gets a watchdog of its own)."""
+        """Ends the thread and withdraws this rank's snapshot (a run's end, a newer wrapper)."""
         self.stopped = True
         deactivate(self.position.collectives)
         if self._published_progress is not None:
@@ -252,6 +250,8 @@ class StallWatchdog:
     def report_exception(self, error: BaseException) -> None:
         """From the training thread, before ``error`` goes on up: publishes it so that the
         other ranks name it when their watchdogs fire; waits at most :data:`REPORT_WAIT`."""
+        if self.stopped:
+            return  # no rank reads its keys: the newest wrapper's watchdog watches
         if self._ending:
             # The other ranks' exits broke this rank's collective; the watchdog is about
             # to end this process with the diagnosis: no second story on top of it.
