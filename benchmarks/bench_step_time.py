@@ -25,6 +25,11 @@ that wakes once a second) and, on the models without unused parameters, off
 
 Peak memory: CUDA's max_memory_allocated per block; on the CPU the process's peak RSS
 (VmHWM, reset before each block through /proc/self/clear_refs).
+
+Rank 0 prints each model's rows, and rewrites ``--out``, as soon as that model is measured,
+so that a run stopped by a time limit (the device check's) keeps what it measured.
+``--profile-steps N`` then profiles N steps of every wrapper (torch.profiler, operators by
+self CPU time, appended to ``--profile-out``): where the time of a slower wrapper goes.
 """
 import argparse
 import json
@@ -138,6 +143,11 @@ def main():
     parser.add_argument('--chain-width', type=int, default=16)
     parser.add_argument('--amp', action='store_true', help='bf16 autocast (CUDA only)')
     parser.add_argument('--out', default=None, help='write the figures as JSON here')
+    parser.add_argument('--profile-steps', type=int, default=0,
+                        help='after the timing, profile this many steps of every wrapper '
+                        '(torch.profiler; it slows them: the timing is done first)')
+    parser.add_argument('--profile-out', default='step_profile.txt',
+                        help='where rank 0 appends the profiles\' operator tables')
     args = parser.parse_args()
 
     dist.init_process_group(args.backend or ('nccl' if args.device == 'cuda' else 'gloo'))
@@ -151,6 +161,15 @@ def main():
         device = torch.device('cuda', index)
     if device.type == 'cuda':
         torch.cuda.set_device(device)
+    if rank == 0:
+        print(f'\n{dist.get_world_size()} ranks, {dist.get_backend()}, {device.type}'
+              + (f' ({torch.cuda.get_device_name(device)})' if device.type == 'cuda' else '')
+              + f', torch {torch.__version__}; median of {args.repetitions} interleaved '
+              f'repetitions of {args.steps} steps; BEV batch {args.batch_size}x'
+              f'{args.in_channels}x{args.size}x{args.size}, chain width {args.chain_width}'
+              + (', bf16 autocast' if args.amp else ''))
+        print(f'{"model":<26} {"tensors":>7} {"wrapper":<22} {"step ms":>9} {"vs plain":>8} '
+              f'{"vs search":>9} {"peak MiB":>9} {"mem vs":>7}', flush=True)
     results = {}
     for name, (make_model, wrappers) in comparisons(args).items():
         batch = make_batch(name, args, device, rank)
@@ -168,6 +187,9 @@ def main():
                     reset_peak(device)
                     times[wrapper].append(time_block(ddp, optim, batch, args.steps, device))
                     peaks[wrapper].append(peak_mib(device))
+            if args.profile_steps:
+                profiles = {w: profile_steps(ddp, optim, batch, args.profile_steps, device)
+                            for w, (ddp, optim) in runs.items()}
         tensors = sum(1 for p in runs[wrappers[0]][0].parameters() if p.requires_grad)
         rows = {w: dict(step_ms=1000 * statistics.median(times[w]),
                         peak_mib=statistics.median(peaks[w]), tensors=tensors) for w in runs}
@@ -181,27 +203,39 @@ def main():
             if getattr(ddp, 'stall_watchdog', None) is not None:
                 ddp.stall_watchdog.stop()
         del runs
-    if rank == 0:
-        print(f'\n{dist.get_world_size()} ranks, {dist.get_backend()}, {device.type}'
-              + (f' ({torch.cuda.get_device_name(device)})' if device.type == 'cuda' else '')
-              + f', torch {torch.__version__}; median of {args.repetitions} interleaved '
-              f'repetitions of {args.steps} steps; BEV batch {args.batch_size}x'
-              f'{args.in_channels}x{args.size}x{args.size}, chain width {args.chain_width}'
-              + (', bf16 autocast' if args.amp else ''))
-        print(f'{"model":<26} {"tensors":>7} {"wrapper":<22} {"step ms":>9} {"vs plain":>8} '
-              f'{"vs search":>9} {"peak MiB":>9} {"mem vs":>7}')
-        for name, rows in results.items():
-            for wrapper, row in rows.items():
-                base = PLAIN if PLAIN in rows else SEARCH
-                plain = row.get(f'time_vs_{PLAIN}')
-                print(f'{name:<26} {row["tensors"]:7d} {wrapper:<22} {row["step_ms"]:9.2f} '
-                      f'{"-" if plain is None else f"{plain:.3f}":>8} '
-                      f'{row[f"time_vs_{SEARCH}"]:9.3f} {row["peak_mib"]:9.1f} '
-                      f'{row[f"memory_vs_{base}"]:7.3f}')
+        if rank != 0:
+            continue
+        # Each model's rows as soon as it is measured: a run stopped by a time limit keeps them.
+        print_rows(name, rows)
         if args.out:
             with open(args.out, 'w') as f:
                 json.dump(dict(args=vars(args), results=results), f, indent=2)
+        if args.profile_steps:
+            with open(args.profile_out, 'a') as f:
+                for wrapper, table in profiles.items():
+                    f.write(f'\n== {name}, {wrapper}: {args.profile_steps} profiled steps, '
+                            f'operators by self CPU time\n{table}\n')
     dist.destroy_process_group()
+
+
+def print_rows(name: str, rows: dict) -> None:
+    for wrapper, row in rows.items():
+        base = PLAIN if PLAIN in rows else SEARCH
+        plain = row.get(f'time_vs_{PLAIN}')
+        print(f'{name:<26} {row["tensors"]:7d} {wrapper:<22} {row["step_ms"]:9.2f} '
+              f'{"-" if plain is None else f"{plain:.3f}":>8} '
+              f'{row[f"time_vs_{SEARCH}"]:9.3f} {row["peak_mib"]:9.1f} '
+              f'{row[f"memory_vs_{base}"]:7.3f}', flush=True)
+
+
+def profile_steps(ddp, optim, batch, steps, device) -> str:
+    """torch.profiler's operator table of ``steps`` steps: where a wrapper's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                           if device.type == 'cuda' else [])
+    with profile(activities=activities) as profiler:
+        time_block(ddp, optim, batch, steps, device)
+    return profiler.key_averages().table(sort_by='self_cpu_time_total', row_limit=20)
 
 
 if __name__ == '__main__':

@@ -1,43 +1,105 @@
 #!/usr/bin/env bash
 # The CUDA checks, for a machine with a CUDA GPU and torch but no OpenMMLab packages: the
 # pure-Python wheels it installs travel in .whl/ (docs/performance.md#measuring-on-a-gpu says
-# how to fill it and run this). Writes its figures under $OUT.
-#   0. the fast path's sync check (tests/test_cuda_fast_path.py);
-#   1. the training-equivalence tests (every unused-parameter case, SGD and AdamW, AMP with
-#      a real CUDA GradScaler) with 2 gloo ranks sharing the GPU, then NCCL at world size 1;
-#   2. the step-time benchmark on a CenterPoint-sized BEV conv net, bf16 autocast, NCCL at
-#      world size 1 and 2 gloo ranks on the one GPU;
-#   3. torch's own SyncBatchNorm on NCCL through the stall guard's record (all_gather_single
-#      on torch 2.13 and 2.14), and on 2 GPUs or more a SyncBatchNorm in a branch that one
-#      rank skips, ended and named by the stall guard (benchmarks/nccl_sync_bn_record.py).
+# how to fill it and run this). Sized for one H200 inside 8 minutes: each step has its own
+# time limit (the limits add up to 7 min 30 s) and writes its output under $OUT while it
+# runs, so a step cut short keeps what it printed; summary.txt gets a line per step as it
+# ends. At most 4 ranks train at once (16 processes started together there once sat for
+# 9 minutes without output). The steps, most wanted first:
+#   1. the fast path's sync check (tests/test_cuda_fast_path.py: NCCL, world size 1);
+#   2. the step-time benchmark on a CenterPoint-sized BEV conv net and the chain sweep, bf16
+#      autocast, NCCL at world size 1, then torch.profiler's operator table of every wrapper;
+#   3. torch's own SyncBatchNorm on NCCL through the stall guard's record
+#      (benchmarks/nccl_sync_bn_record.py; on 2 GPUs or more also a SyncBatchNorm in a branch
+#      one rank skips, ended and named by the stall guard);
+#   4. the training-equivalence tests (every unused-parameter case, SGD and AdamW, AMP with a
+#      real CUDA GradScaler) at NCCL world size 1, then 5. with 2 gloo ranks sharing the GPU.
+# The step-time benchmark with 2 gloo ranks on one GPU is left out: gloo moves every CUDA
+# gradient through the host, so its figure says nothing of a GPU job, and it never finished
+# inside a session's device time (2026-11-30).
+#
+# DEVICE_CHECK_SMOKE=1 runs every step at its smallest size on whatever the machine has
+# (CI: the CPU, gloo, the project's .venv as PYTHON; the CUDA-only steps say they are
+# skipped), so that the script itself cannot rot where no GPU runs it.
 set -uo pipefail
 OUT=${OUT:-/tmp/ddp_guard_device}
+PYTHON=${PYTHON:-python3}
+SMOKE=${DEVICE_CHECK_SMOKE:-0}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
-python3 -c "import torch, mmengine; print('torch', torch.__version__, 'mmengine', mmengine.__version__)" \
-  | tee -a "$OUT/gpu.txt"
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+if [ -d .whl ]; then
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=$PWD:/tmp/site  # the checkout first: the code under test, uninstalled
+else
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONUNBUFFERED=1
+CUDA=$("$PYTHON" -c "import torch; print(int(torch.cuda.is_available()))") || exit 1
+{
+  date -u '+%Y-%m-%d %H:%M UTC'
+  if [ "$CUDA" = 1 ]; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  fi
+  "$PYTHON" -c "
+import torch, mmengine
+nccl = '.'.join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else '-'
+print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'NCCL', nccl,
+      'mmengine', mmengine.__version__)"
+} | tee -a "$SUMMARY"
 
-# The fast path waits for nothing: no host sync between backward and step under
-# torch.cuda.set_sync_debug_mode('error') (NCCL, world size 1).
-python3 -m pytest -q -p no:cacheprovider tests/test_cuda_fast_path.py 2>&1 | tail -4 \
-  | tee "$OUT/tests_cuda_fast_path.txt"
-TESTS="python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_guarded_ddp_training.py"
-$TESTS 2>&1 | tail -8 | tee "$OUT/tests_gloo_2ranks.txt"
-DDP_GUARD_TEST_BACKEND=nccl DDP_GUARD_TEST_WORLD_SIZE=1 $TESTS 2>&1 | tail -8 \
-  | tee "$OUT/tests_nccl_1rank.txt"
+# step NAME SECONDS COMMAND...: runs COMMAND under its own limit (every process it starts
+# included), its output into $OUT/NAME.txt as it comes, and a line into summary.txt.
+step() {
+  local name=$1 limit=$2 start=$SECONDS code
+  shift 2
+  echo "== $name (limit ${limit} s): $*" | tee -a "$SUMMARY"
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.txt" 2>&1
+  code=$?
+  local verdict="exit $code"
+  [ "$code" = 124 ] || [ "$code" = 137 ] && verdict="STOPPED at its ${limit} s limit"
+  echo "   $name: $verdict after $((SECONDS - start)) s" | tee -a "$SUMMARY"
+  tail -3 "$OUT/$name.txt"
+}
 
-BENCH="benchmarks/bench_step_time.py --device cuda --in-channels 64 --width 64 --size 512
-  --batch-size 4 --amp --repetitions 5 --steps 20 --chain-depths 100 1500"
-python3 -m torch.distributed.run --nproc_per_node 1 $BENCH --backend nccl \
-  --out "$OUT/bench_nccl_1rank.json" 2>&1 | grep -v "GuardedDDP decision\|^  " \
-  | tail -16 | tee "$OUT/bench_nccl_1rank.txt"
-python3 -m torch.distributed.run --nproc_per_node 2 $BENCH --backend gloo \
-  --out "$OUT/bench_gloo_2ranks.json" 2>&1 | grep -v "GuardedDDP decision\|^  " \
-  | tail -16 | tee "$OUT/bench_gloo_2ranks.txt"
+skipped() {
+  echo "== $1: skipped, $2" | tee -a "$SUMMARY"
+}
 
-GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
-python3 -m torch.distributed.run --nproc_per_node "$GPUS" benchmarks/nccl_sync_bn_record.py \
-  2>&1 | grep -v "^  " | tail -30 | tee "$OUT/nccl_sync_bn_record.txt"
+if [ "$SMOKE" = 1 ]; then
+  BENCH_SIZE="--in-channels 8 --width 8 --size 16 --batch-size 1 --repetitions 1 --steps 1
+    --warmup 1 --chain-depths 100 --profile-steps 1"
+  TEST_PICK=(-k "no_unused and sgd")
+  WORKERS=()
+else
+  BENCH_SIZE="--in-channels 64 --width 64 --size 512 --batch-size 4 --amp --repetitions 5
+    --steps 20 --chain-depths 100 1500 --profile-steps 3"
+  TEST_PICK=()
+  WORKERS=(-n 2)
+fi
+if [ "$CUDA" = 1 ]; then
+  DEVICE=cuda BACKEND=nccl
+else
+  DEVICE=cpu BACKEND=gloo
+fi
+PYTEST=("$PYTHON" -m pytest -q -p no:cacheprovider)
+
+step tests_cuda_fast_path 60 "${PYTEST[@]}" tests/test_cuda_fast_path.py
+# shellcheck disable=SC2086 (BENCH_SIZE is a list of arguments)
+step bench_step_time 180 "$PYTHON" -m torch.distributed.run --nproc_per_node 1 \
+  benchmarks/bench_step_time.py --device "$DEVICE" --backend "$BACKEND" $BENCH_SIZE \
+  --out "$OUT/bench_step_time.json" --profile-out "$OUT/bench_profile.txt"
+if [ "$CUDA" = 1 ]; then
+  GPUS=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())")
+  step nccl_sync_bn_record 45 "$PYTHON" -m torch.distributed.run --nproc_per_node "$GPUS" \
+    benchmarks/nccl_sync_bn_record.py
+else
+  skipped nccl_sync_bn_record "no CUDA (SyncBatchNorm's statistics kernels have no CPU build)"
+fi
+step tests_equivalence_1rank 90 env DDP_GUARD_TEST_BACKEND="$BACKEND" \
+  DDP_GUARD_TEST_WORLD_SIZE=1 "${PYTEST[@]}" "${WORKERS[@]}" "${TEST_PICK[@]}" \
+  tests/test_guarded_ddp_training.py
+step tests_equivalence_2ranks 75 "${PYTEST[@]}" "${WORKERS[@]}" "${TEST_PICK[@]}" \
+  tests/test_guarded_ddp_training.py
+echo "device check: $SECONDS s in all" | tee -a "$SUMMARY"
