@@ -2,10 +2,13 @@
 plain DDP with find_unused_parameters=True, through mmdet3d's own tools/train.py.
 
     .venv/bin/python benchmarks/bench_real_models.py [--iters 6] [--repetitions 2]
+        [--models pointpillars ...]
 
 Runs alternate between the two wrappers (interleaved repetitions); a run's figure is the
 median of MMEngine's per-iteration ``time`` over its iterations after the first; the table
 shows the median over repetitions. Writes the tiny datasets first when data/tiny is missing.
+``--models`` keeps the models whose name or config path holds one of its words, in any case
+(``centerpoint``, ``pointpillars``, ``smoke``); every model by default.
 """
 import argparse
 import os.path as osp
@@ -39,17 +42,35 @@ def median_step(output: str) -> float:
     return statistics.median(times)
 
 
+def chosen_models(words) -> dict:
+    """The rows of CONFIGS whose name or config path holds one of ``words`` (any case);
+    every row without words."""
+    if not words:
+        return dict(CONFIGS)
+    unknown = [w for w in words
+               if not any(w.lower() in f'{m} {c}'.lower() for m, c in CONFIGS.items())]
+    if unknown:
+        raise SystemExit(f'--models: {", ".join(unknown)} names none of: '
+                         + '; '.join(CONFIGS))
+    return {model: config for model, config in CONFIGS.items()
+            if any(w.lower() in f'{model} {config}'.lower() for w in words)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--iters', type=int, default=6)
     parser.add_argument('--repetitions', type=int, default=2)
+    parser.add_argument('--models', nargs='+', default=None, metavar='WORD',
+                        help='only the models whose name or config path holds one of these '
+                        'words, any case (centerpoint, pointpillars, smoke); default: all')
     args = parser.parse_args()
+    models = chosen_models(args.models)
     if not osp.isdir(DEFAULT_ROOT):
         make_tiny_data(DEFAULT_ROOT)
     work_root = tempfile.mkdtemp(prefix='bench_real_')
     results = {}
     for repetition in range(args.repetitions):
-        for model, config in CONFIGS.items():
+        for model, config in models.items():
             for wrapper, options in WRAPPERS.items():
                 run = torchrun_train(
                     config, osp.join(work_root, f'{repetition}_{len(results)}'),
@@ -65,7 +86,7 @@ def main():
     print(f'\nSeconds per iteration, 2 gloo CPU ranks, median of {args.repetitions} '
           f'interleaved runs of {args.iters} iterations (first iteration dropped)')
     print(f'{"model":<38} {"DDP find_unused=True":>21} {"GuardedDDP":>11} {"ratio":>6}')
-    for model in CONFIGS:
+    for model in models:
         base = statistics.median(results[(model, 'DDP find_unused=True')])
         guarded = statistics.median(results[(model, 'GuardedDDP')])
         print(f'{model:<38} {base:21.2f} {guarded:11.2f} {guarded / base:6.3f}')

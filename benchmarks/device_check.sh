@@ -74,7 +74,7 @@ if [ "$SMOKE" = 1 ]; then
   WORKERS=()
 else
   BENCH_SIZE="--in-channels 64 --width 64 --size 512 --batch-size 4 --amp --repetitions 5
-    --steps 20 --chain-depths 100 1500 --profile-steps 3"
+    --steps 10 --chain-depths 100 1500 --profile-steps 3"
   TEST_PICK=()
   WORKERS=(-n 2)
 fi
