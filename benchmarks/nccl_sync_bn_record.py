@@ -1,14 +1,16 @@
 """torch's own SyncBatchNorm on NCCL, through the stall guard's record (device_check.sh).
 
 On NCCL, torch's SyncBatchNorm gathers its statistics with ``all_gather_single`` (torch 2.13
-and 2.14), ``all_gather_into_tensor`` (2.1) or ``_all_gather_base`` (1.12, 1.13), where
+and 2.14), ``all_gather_into_tensor`` (2.1; 2.11 too, seen on the H200 on 2026-12-04) or
+``_all_gather_base`` (1.12, 1.13), where
 every gloo test takes the list ``all_gather``. Run under torchrun, one process per GPU:
 
 - every world size: torch's SyncBatchNorm function (``torch.nn.modules._functions``, what
   ``nn.SyncBatchNorm`` calls in training) runs once on a CUDA tensor, with the record active;
-  the script prints what the record holds and fails unless it holds the gather, placed in
-  SyncBatchNorm's forward (on 1 GPU the group has one rank, which ``nn.SyncBatchNorm`` itself
-  would skip; its function gathers all the same);
+  the script prints what the record holds and fails unless it holds the gather, placed at
+  the caller of that function (called outside any module, the record names the innermost
+  frame outside torch); on 1 GPU the group has one rank, which ``nn.SyncBatchNorm`` itself
+  would skip; its function gathers all the same;
 - 2 GPUs and more: GuardedDDP (stall_timeout 5 s) on a model whose SyncBatchNorm runs in a
   branch that only rank 1 takes in iteration 1; the guard must end every rank, naming the
   gather (the exit code is the stall guard's, 1; the words are in the log).
@@ -59,7 +61,9 @@ def record_torch_sync_bn(device) -> None:
           f'{dist.get_world_size()}: recorded {[(entry[1], entry[5]) for entry in entries]}',
           flush=True)
     gathers = [entry for entry in entries if entry[1] in GATHERS]
-    assert gathers and gathers[0][5][3].endswith('_functions.py'), entries
+    # Called as a function, not through a module of a model, the gather is placed at the
+    # innermost caller outside torch (CollectiveLog's issuer): this function.
+    assert gathers and gathers[0][5][2] == 'record_torch_sync_bn', entries
 
 
 def train_into_a_sync_bn_hang(device) -> None:
