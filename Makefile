@@ -76,8 +76,11 @@ test-matrix:
 venv:
 	bash tools/make_venv.sh
 
+# The step-time benchmark as docs/performance.md runs it: 2 gloo ranks on the CPU, every
+# wrapper interleaved, medians (minutes). Every script of benchmarks/ runs at its smallest
+# size in the suite (tests/tooling/test_benchmarks_run.py).
 bench: venv
-	$(PY) benchmarks/bench_step_time.py
+	$(PY) -m torch.distributed.run --nproc_per_node 2 benchmarks/bench_step_time.py
 
 # README.md and docs/ (docs/conf.py says why the source folder is the repository root);
 # tests/tooling/test_docs.py runs the same build, so `make test` fails on a warning too.

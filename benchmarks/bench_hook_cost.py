@@ -29,6 +29,10 @@ WRAPPERS = {
 }
 
 
+#: The first iterations of a run, which build the Runner's caches and are not timed.
+DROPPED_ITERATIONS = 3
+
+
 def run(work_dir: str, name: str, wrapper: dict, hook: bool, iters: int,
         log_interval: int) -> float:
     cfg = Config(dict(
@@ -50,17 +54,21 @@ def run(work_dir: str, name: str, wrapper: dict, hook: bool, iters: int,
         env_cfg=dict(dist_cfg=dict(backend='gloo'))))
     runner = Runner.from_cfg(cfg)
     runner.train()
-    times = runner.message_hub.get_scalar('train/time').data[0][3:]
+    times = runner.message_hub.get_scalar('train/time').data[0][DROPPED_ITERATIONS:]
     return statistics.median(times.tolist())
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--repetitions', type=int, default=5)
-    parser.add_argument('--iters', type=int, default=15)
+    parser.add_argument('--iters', type=int, default=15,
+                        help=f'iterations per run, more than the {DROPPED_ITERATIONS} dropped')
     parser.add_argument('--log-interval', type=int, default=5,
                         help="LoggerHook's interval (MMEngine's default is 10)")
     args = parser.parse_args()
+    if args.iters <= DROPPED_ITERATIONS:
+        parser.error(f'--iters must be more than {DROPPED_ITERATIONS}: the first '
+                     f'{DROPPED_ITERATIONS} iterations of every run are dropped')
     work_dir = tempfile.mkdtemp(prefix='bench_hook_')
     results = {}
     run(work_dir, 'warmup', WRAPPERS['GuardedDDP'], True, 5, args.log_interval)

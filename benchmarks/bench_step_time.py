@@ -149,6 +149,8 @@ def main():
     parser.add_argument('--profile-out', default='step_profile.txt',
                         help='where rank 0 appends the profiles\' operator tables')
     args = parser.parse_args()
+    if args.steps < 1 or args.repetitions < 1 or args.warmup < 0:
+        parser.error('--steps and --repetitions must be at least 1, --warmup at least 0')
 
     dist.init_process_group(args.backend or ('nccl' if args.device == 'cuda' else 'gloo'))
     rank = dist.get_rank()
@@ -181,7 +183,8 @@ def main():
         peaks = {w: [] for w in runs}
         with torch.autocast('cuda', torch.bfloat16, enabled=args.amp):
             for wrapper, (ddp, optim) in runs.items():
-                time_block(ddp, optim, batch, args.warmup, device)
+                if args.warmup:
+                    time_block(ddp, optim, batch, args.warmup, device)
             for _ in range(args.repetitions):
                 for wrapper, (ddp, optim) in runs.items():
                     reset_peak(device)

@@ -22,11 +22,14 @@
 #
 # DEVICE_CHECK_SMOKE=1 runs every step at its smallest size on whatever the machine has
 # (CI: the CPU, gloo, the project's .venv as PYTHON; the CUDA-only steps say they are
-# skipped), so that the script itself cannot rot where no GPU runs it.
+# skipped), so that the script itself cannot rot where no GPU runs it
+# (tests/tooling/test_benchmarks_run.py); DEVICE_CHECK_LIMIT_SCALE multiplies every step's
+# limit there (a loaded CI machine's slowdown).
 set -uo pipefail
 OUT=${OUT:-/tmp/ddp_guard_device}
 PYTHON=${PYTHON:-python3}
 SMOKE=${DEVICE_CHECK_SMOKE:-0}
+LIMIT_SCALE=${DEVICE_CHECK_LIMIT_SCALE:-1}
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
@@ -54,7 +57,8 @@ print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'NCCL', nccl,
 # step NAME SECONDS COMMAND...: runs COMMAND under its own limit (every process it starts
 # included), its output into $OUT/NAME.txt as it comes, and a line into summary.txt.
 step() {
-  local name=$1 limit=$2 start=$SECONDS code
+  local name=$1 limit start=$SECONDS code
+  limit=$(awk -v s="$2" -v k="$LIMIT_SCALE" 'BEGIN { printf "%d", s * k }')
   shift 2
   echo "== $name (limit ${limit} s): $*" | tee -a "$SUMMARY"
   timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.txt" 2>&1
@@ -70,8 +74,8 @@ skipped() {
 }
 
 if [ "$SMOKE" = 1 ]; then
-  BENCH_SIZE="--in-channels 8 --width 8 --size 16 --batch-size 1 --repetitions 1 --steps 1
-    --warmup 1 --chain-depths 100 --profile-steps 1"
+  BENCH_SIZE="--in-channels 1 --width 1 --layers-per-stage 1 --size 8 --batch-size 1
+    --repetitions 1 --steps 1 --warmup 1 --chain-depths --profile-steps 1"
   TEST_PICK=(-k "no_unused and sgd")
   WORKERS=()
 else

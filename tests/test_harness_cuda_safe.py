@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import List
 
 import pytest
 
@@ -21,10 +22,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # own start-up (tests.dist_utils), with the probe imported before the harness's preload.
 RANK_REPORT = '''
 import json, sys
-try:
-    import mmdet3d  # the harness preloads mmdet3d's models when the session imported it
-except ImportError:
-    pass
+if sys.argv[1] == 'as_started':
+    try:
+        import mmdet3d  # the harness preloads mmdet3d's models when the session imported it
+    except ImportError:
+        pass
 from tests import dist_utils
 from tests.cuda_runtime_probe import recorded_calls
 if sys.argv[1] == 'without_start':
@@ -34,26 +36,28 @@ print(json.dumps(dist_utils.run_distributed(recorded_calls, world_size=1, timeou
 '''
 
 
-def fork_server_cuda_calls(variant: str):
+def fork_server_cuda_calls(*variants: str) -> List[List[str]]:
+    """Per variant, the calls into the CUDA runtime that the fork server made before it
+    forked a rank; the variants' interpreters run side by side."""
     env = dict(os.environ, PYTHONPATH=ROOT, DDP_GUARD_TEST_WORLD_SIZE='1',
                DDP_GUARD_TEST_BACKEND='gloo')
-    result = subprocess.run([sys.executable, '-c', RANK_REPORT, variant], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=scaled(200))
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    processes = [subprocess.Popen([sys.executable, '-c', RANK_REPORT, variant], cwd=ROOT,
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for variant in variants]
+    reports = []
+    for process in processes:
+        output, errors = process.communicate(timeout=scaled(200))
+        assert process.returncode == 0, errors[-3000:]
+        reports.append(json.loads(output.strip().splitlines()[-1]))
+    return reports
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(240)
 def test_the_fork_server_leaves_the_cuda_runtime_untouched():
-    calls = fork_server_cuda_calls('as_started')
+    """With a live check beside it: without the harness's first import, MMEngine's own
+    import-time ``torch.cuda.is_available()`` reaches the runtime, and the probe names it."""
+    calls, without_start = fork_server_cuda_calls('as_started', 'without_start')
     assert calls == [], ('the harness\'s fork server called into the CUDA runtime before '
                          'forking its ranks; on a GPU machine they could not use CUDA:\n\n'
                          + '\n'.join(calls))
-
-
-@pytest.mark.timeout(200)
-def test_the_check_sees_an_import_that_asks_the_cuda_runtime():
-    """Live check: without the harness's first import, MMEngine's own import-time
-    ``torch.cuda.is_available()`` reaches the runtime, and the probe names it."""
-    calls = fork_server_cuda_calls('without_start')
-    assert calls and any('mmengine/device/utils.py' in call for call in calls), calls
+    assert any('mmengine/device/utils.py' in call for call in without_start), without_start
