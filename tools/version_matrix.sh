@@ -66,7 +66,7 @@ TESTS=(
   'tests/test_stall_guard.py::test_sync_bn_in_a_branch_some_ranks_skip[2_ranks-nonblocking]'
   'tests/test_stall_guard.py::test_a_rank_that_raises_while_the_others_wait[2_ranks]'
   'tests/test_stall_guard.py::test_a_rank_slow_outside_collectives_is_not_a_hang[2_ranks]'
-  tests/test_stall_guard_costs.py::test_a_second_wrapper_in_the_process_never_judges_nor_silences_the_first
+  tests/test_stall_guard_costs.py::test_the_newest_wrapper_of_a_process_takes_the_stall_guard_and_says_so
   tests/test_stall_guard_costs.py::test_a_compiled_model_with_a_sync_bn_compiles_the_same_frames_with_the_guard
 )
 # The openmmlab1 leg has no MMEngine: the layout's import rules, what importing the package
