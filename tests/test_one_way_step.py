@@ -3,8 +3,9 @@ GuardedDDP on the pinned stack, mmcv 1.x's in the openmmlab1 leg) trains with pa
 unused on one rank, plainly and with gradient accumulation, and
 
 - every step makes the guard's calls of ``GuardedWrapper``'s docstring, in its order:
-  ``guarded_step(iteration)``, then ``enter_backward()``, then
-  ``settle_after_backward(reduces, iteration)`` with the same iteration, once each;
+  ``guarded_step(iteration)``, then ``forward_returned()`` (where the previous steps are
+  resolved: after this step's forward, before its backward), then ``enter_backward()``,
+  then ``settle_after_backward(reduces, iteration)`` with the same iteration, once each;
 - no code of the framework-free folders (the guard, the stall guard, the reports) calls a
   function of the adapter's folder while the steps run (a profile of every Python call):
   the adapter passes everything down, the guard calls nothing back.
@@ -38,12 +39,17 @@ def _steps_and_crossings(rank: int, world_size: int, case_name: str):
     case = CASES[case_name]
     calls = []
     guarded_step = GuardedWrapper.guarded_step
+    forward_returned = GuardedWrapper.forward_returned
     enter_backward = GuardedWrapper.enter_backward
     settle_after_backward = GuardedWrapper.settle_after_backward
 
     def recorded_guarded_step(self, iteration, then=None):
         calls.append(('guarded_step', iteration))
         return guarded_step(self, iteration, then)
+
+    def recorded_forward_returned(self):
+        calls.append(('forward_returned', ))
+        return forward_returned(self)
 
     def recorded_enter_backward(self):
         calls.append(('enter_backward', ))
@@ -54,6 +60,7 @@ def _steps_and_crossings(rank: int, world_size: int, case_name: str):
         return settle_after_backward(self, reduces, iteration)
 
     GuardedWrapper.guarded_step = recorded_guarded_step
+    GuardedWrapper.forward_returned = recorded_forward_returned
     GuardedWrapper.enter_backward = recorded_enter_backward
     GuardedWrapper.settle_after_backward = recorded_settle_after_backward
     crossings = set()
@@ -90,7 +97,7 @@ def test_every_step_calls_down_in_one_order_and_nothing_calls_back(case_name):
     expected = []
     for iteration in range(ITERATIONS):
         reduces = (iteration + 1) % accumulate == 0
-        expected += [('guarded_step', iteration), ('enter_backward', ),
+        expected += [('guarded_step', iteration), ('forward_returned', ), ('enter_backward', ),
                      ('settle_after_backward', reduces, iteration)]
     for rank, result in enumerate(results):
         assert result['calls'] == expected, (rank, ADAPTER, result['calls'])

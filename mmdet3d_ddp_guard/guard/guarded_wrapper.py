@@ -39,18 +39,20 @@ class GuardedWrapper:
     1. reads its framework's iteration number (its runner's; outside a runner, the number of
        backwards settled so far, :attr:`UnusedCompletion.iterations_ended
        <.completion.UnusedCompletion.iterations_ended>`) and runs the whole step inside
-       :meth:`guarded_step` with it: what the previous step left open in the usage record is
-       resolved there (a report hook may have resolved it already, after the optimizer
-       step: resolving twice is a no-op), then this step's stall position and record start;
-    2. runs the backward after :meth:`enter_backward` and inside
+       :meth:`guarded_step` with it: this step's stall position and record start there;
+    2. calls :meth:`forward_returned` once the model's forward has returned, before any
+       backward: what the previous steps left open in the usage record is resolved there
+       (a report hook may have resolved it already, after the optimizer step: resolving
+       twice is a no-op);
+    3. runs the backward after :meth:`enter_backward` and inside
        :meth:`telling_the_stall_guard`, where the framework lets the wrapper run it
        (MMEngine's optim wrapper);
-    3. calls :meth:`settle_after_backward` with the same iteration once the step's last
+    4. calls :meth:`settle_after_backward` with the same iteration once the step's last
        backward is over and before the optimizer step (mmcv 1.x, whose optimizer hook runs
        the backward after ``train_step`` returned: from
        :class:`~.step_backwards.StepBackwards`, which finds that point in autograd and calls
        these two methods of the wrapper it was given);
-    4. runs any other part of the step it runs itself inside :meth:`telling_the_stall_guard`,
+    5. runs any other part of the step it runs itself inside :meth:`telling_the_stall_guard`,
        so that its error reaches the stall guard first (the other ranks then learn that this
        one raised, instead of waiting for it).
 
@@ -136,17 +138,26 @@ class GuardedWrapper:
 
     @contextlib.contextmanager
     def guarded_step(self, iteration: int, then: Optional[Phase] = None):
-        """One training step of the framework's ``iteration``: what is still open of the
-        previous one resolved (its per-rank detail: a host sync, after its optimizer step),
-        this iteration's position and record started; ``then``, the phase after a step that
-        returned; an error that leaves the step told to the stall guard first."""
+        """One training step of the framework's ``iteration``: its position and record
+        started; ``then``, the phase after a step that returned; an error that leaves the
+        step told to the stall guard first."""
         with self.telling_the_stall_guard():
-            self.usage_record.resolve()
             self.stall_position.start_forward(iteration)
             self.usage_record.start_iteration()
             yield
         if then is not None:
             self.stall_position.enter(then)
+
+    def forward_returned(self) -> None:
+        """The step's forward has returned, its kernels queued: what the previous steps left
+        open is resolved now (their reduced counts read: a wait for the GPU, which has this
+        forward to run meanwhile; at the step's start the GPU idled while the host began the
+        step: 0.2 % of a GPU-bound step on an H200). Every rank comes here at the same point
+        of the step, so the strict stop and a gather of the ranks' masks are issued alike. A
+        step that never comes here leaves its iterations open: the next reduced bucket
+        carries their counts too (:meth:`ParamUsageRecord.expect_counts`)."""
+        with self.telling_the_stall_guard():
+            self.usage_record.resolve()
 
     def enter_backward(self) -> None:
         """The step's backward starts (the stall guard's phase)."""

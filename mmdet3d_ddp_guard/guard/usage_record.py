@@ -176,14 +176,15 @@ class ParamUsageRecord:
         """Hands over the reduced counts of all open iterations (a ``K x P + 1`` device
         tensor: per open iteration and parameter, the number of ranks that did not use it;
         last, the number of ranks that left parameters unreached). The copy to the host
-        starts now; nothing waits for it until :meth:`resolve`."""
+        starts now; nothing waits for it until :meth:`resolve`. Counts not resolved yet are
+        replaced: these cover every open iteration, theirs too."""
         self._counts = _CountsInFlight(counts)
 
     def resolve(self) -> None:
         """Resolves the open iterations from the counts handed over, if any (waits for their
-        copy: a host sync, after the optimizer step; a collective only when ranks differ).
-        The guarded wrapper calls it at the start of each step, and a report hook may call it
-        earlier, after the optimizer step, for its log line: the later call finds nothing."""
+        copy: a host sync; a collective only when ranks differ). The guarded wrapper calls it
+        once the next step's forward has returned, and a report hook may call it earlier,
+        after the optimizer step, for its log line: the later call finds nothing."""
         if self._counts is None:
             return
         counts, self._counts = self._counts.values(), None

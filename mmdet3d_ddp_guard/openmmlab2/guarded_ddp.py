@@ -149,6 +149,7 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
                         'graph search), or upgrade torch to >= 2.4.')
                 data = self.module.data_preprocessor(data, training=True)
                 losses = self._run_forward(data, mode='loss')
+                self.forward_returned()
             parsed_loss, log_vars = self.module.parse_losses(losses)
             with _settling_after_backward(optim_wrapper, self, reduces, iteration):
                 optim_wrapper.update_params(parsed_loss)
