@@ -64,7 +64,7 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
             them so its buckets reduce, and parameters no rank used get grad None, so the
             optimizer skips them. With nothing unused it costs one hook call per parameter and
             ``P`` extra elements in the last bucket, no collective, no host sync before the
-            optimizer step (the counts are read as the next step starts); it trains as
+            optimizer step (the counts are read after the next step's forward); it trains as
             DDP's graph search (bit for bit at 2 ranks). ``True``: DDP's graph search every
             iteration, as written; needed for your own DDP comm hook; fails with reentrant
             activation checkpointing. ``False``: strict, costs as ``'auto'``; if a rank leaves
