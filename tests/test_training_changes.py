@@ -1,5 +1,5 @@
-"""Training under the guard changes only what the README lists (its section "What training
-under it changes"): on 2 gloo ranks, after the package and the frameworks are imported, a
+"""Training under the guard changes only what docs/operations.md lists (its section "What
+training under it changes", which the README points to): on 2 gloo ranks, after the package and the frameworks are imported, a
 snapshot (tests/import_changes_probe.py: every loaded module's names, every class's
 ``__dict__``, the registries, torch's allowlist, the environment, ``atexit``, torch's
 operators, the threads) is compared with the process while a guarded wrapper trains, with
@@ -12,14 +12,16 @@ store's keys (tests/test_unused_params_hook.py: none while nothing stalls), the 
 verdict and torchrun's error file (tests/test_stall_guard.py), ``optim_wrapper.backward``
 (an instance attribute during the step; below, gone after it).
 """
+import os.path as osp
 import types
 
 import pytest
 
 from mmdet3d_ddp_guard.environment.frameworks import installed_frameworks
 from tests.dist_utils import run_distributed
-from tests.test_import_changes import listed_in_readme
+from tests.test_import_changes import ROOT, listed_in_readme
 
+OPERATIONS = osp.join(ROOT, 'docs', 'operations.md')
 SECTION = 'What training under it changes'
 #: What torch counts up as it runs, whoever registers: every hook handle takes the next id.
 COUNTERS = frozenset({'torch.utils.hooks.RemovableHandle.next_id'})
@@ -62,7 +64,7 @@ def _train_and_compare(rank: int, world_size: int, listed: list):
 
 @pytest.mark.timeout(300)
 def test_training_changes_only_what_the_readme_lists():
-    listed = listed_in_readme(section=SECTION)
+    listed = listed_in_readme(OPERATIONS, SECTION)
     results = run_distributed(_train_and_compare, listed, timeout=200)
     for rank, result in enumerate(results):
         unlisted = [f"{change['name']} ({change['kind']}: {change['detail']})"

@@ -117,6 +117,19 @@ def test_docs_name_only_paths_and_anchors_that_exist():
     assert not problems, 'The docs name what does not exist:\n' + '\n'.join(problems)
 
 
+#: The README is read before the first line of config: five minutes, at most this long.
+README_WORDS, README_LINES = 1200, 150
+
+
+def test_the_readme_reads_in_five_minutes():
+    text = (ROOT / 'README.md').read_text()
+    words, lines = len(text.split()), text.count('\n')
+    assert words <= README_WORDS and lines <= README_LINES, (
+        f'README.md has {words} words and {lines} lines, over {README_WORDS} and '
+        f'{README_LINES}: move what a new user does not need in the first five minutes '
+        'to docs/')
+
+
 def test_the_checker_finds_each_kind_of_mistake(tmp_path):
     (tmp_path / 'pkg').mkdir()
     (tmp_path / 'pkg' / 'real.py').write_text('def test_there():\n    pass\n')
