@@ -1,5 +1,6 @@
-"""``python -m mmdet3d_ddp_guard {check,summarize} ...``
-(also the ``mmdet3d-ddp-guard`` script)."""
+"""The command line's entry point, which hands ``check`` and ``summarize`` their arguments:
+``python -m mmdet3d_ddp_guard {check,summarize} ...`` (also the ``mmdet3d-ddp-guard``
+script)."""
 import argparse
 import sys
 

@@ -1,6 +1,7 @@
-"""The guard itself, for any DDP: DDP's buckets completed after a backward that left
-parameters unreached, the counts carried on the last bucket, the optimizer kept off the
-parameters no rank used, and the strict and static-graph stops.
+"""What happens between a backward and the optimizer step: DDP's buckets completed with
+zero gradients where the backward left parameters unreached, the counts carried on the last
+bucket, the optimizer kept off the parameters no rank used, and the strict and static-graph
+stops.
 
 An adapter (MMEngine's GuardedDDP, mmcv 1.x's guarded MMDistributedDataParallel) builds one
 :class:`UnusedCompletion` per wrapper and calls :meth:`UnusedCompletion.settle` between the

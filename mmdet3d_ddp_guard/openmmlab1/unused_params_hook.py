@@ -1,4 +1,6 @@
-"""mmcv 1.x's :class:`UnusedParamsHook`: MMEngine's hook, on mmcv's runners."""
+"""The unused-parameter report for mmcv 1.x's runners: :class:`UnusedParamsHook`, the same
+report as under MMEngine (which iterations left which parameters unused on which rank), read
+through mmcv's hooks, logger and checkpoint meta."""
 import functools
 
 from mmcv.parallel import is_module_wrapper

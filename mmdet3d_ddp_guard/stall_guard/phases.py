@@ -1,4 +1,5 @@
-"""Where in the training loop a rank is: the phases of :class:`~.rank_position.RankPosition`.
+"""The names of the parts of a training iteration (data, forward, backward, ...) that a
+rank's stall position reports: :class:`Phase`.
 
 A phase crosses processes inside a rank's snapshot, as JSON through the c10d store
 (:mod:`.store_protocol`): what is published is the plain string, and what is read back stays

@@ -1,4 +1,5 @@
-"""Where this rank is in the training loop: kept in memory, read only when it stops moving.
+"""This rank's stall position (iteration, phase, collectives issued), kept in memory by the
+training thread and read by the watchdog only when it stops moving.
 
 Every update is a few attribute writes and one integer increment, from the training thread:
 no clock, no I/O, no collective, and no module hook (a hook that changes a Python value makes
