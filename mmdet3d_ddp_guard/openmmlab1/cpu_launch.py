@@ -39,8 +39,9 @@ def ddp_arguments(module, args, kwargs) -> dict:
 class CPUCompatibleMMDistributedDataParallel(MMDistributedDataParallel):
     """mmcv's ``MMDistributedDataParallel``, unchanged, except for a module on the CPU: no
     ``device_ids`` (mmdet's ``build_ddp`` passes ``[LOCAL_RANK]``, which DDP refuses there),
-    and the DataContainer inputs unwrapped (:func:`unwrap_for_one_device`; mmcv's DDP hands
-    them to the model as they are when it has no device ids). What
+    and the DataContainer inputs of ``train_step``, ``val_step`` and ``forward`` (the
+    evaluation hooks' test) unwrapped (:func:`unwrap_for_one_device`; mmcv's DDP hands them
+    to the model as they are when it has no device ids). What
     ``ddp_guard = dict(enabled=False)`` builds on a machine without CUDA: plain DDP, to
     compare against."""
 
@@ -60,6 +61,12 @@ class CPUCompatibleMMDistributedDataParallel(MMDistributedDataParallel):
         if not self.device_ids:
             inputs, kwargs = unwrap_for_one_device(inputs), unwrap_for_one_device(kwargs)
         return super().val_step(*inputs, **kwargs)
+
+    def forward(self, *inputs, **kwargs):
+        # mmdet's multi_gpu_test (DistEvalHook) calls the wrapper itself.
+        if not self.device_ids:
+            inputs, kwargs = unwrap_for_one_device(inputs), unwrap_for_one_device(kwargs)
+        return super().forward(*inputs, **kwargs)
 
 
 def unwrap_for_one_device(obj):

@@ -100,11 +100,12 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
     **The stall guard** runs as under MMEngine (``ddp_guard = dict(stall_timeout=...)`` in
     the config; None turns it off; 180 s by default; ``ddp_guard = dict(enabled=False)``
     builds mmcv's own wrapper instead, unguarded), with the same verdicts from the ranks'
-    recorded collectives: the phases it names are forward, backward, settling and optimizer
-    step (the latter until the next forward: mmcv's hooks and data loading have no phase of
-    their own here), and checkpoint while the runner's ``save_checkpoint`` writes (a stop
-    waits for it). The watchdog stops at the end of the run (``StallPhaseHook``, which the
-    wrapper attaches to the runner that first calls its ``train_step``).
+    recorded collectives: the phases it names are forward, backward, settling, optimizer
+    step, hooks (what runs after the optimizer hook), validation (the evaluation hooks'
+    ``_do_evaluate``), data (the next batch), and checkpoint while the runner's
+    ``save_checkpoint`` writes (a stop waits for it). ``StallPhaseHook``, which the wrapper
+    attaches to the runner that first calls its ``train_step``, marks them and stops the
+    watchdog at the end of the run.
 
     **CPU.** A CPU module gets no ``device_ids`` (mmdet's ``build_ddp`` passes
     ``[LOCAL_RANK]``), and its DataContainer inputs are unwrapped as ``MMDataParallel``

@@ -189,3 +189,29 @@ def test_fp16_on_the_cpu_is_not_refused_by_the_guard(data_root, tmp_path):
     assert run.returncode != 0 and not run.timed_out
     assert "not implemented for 'Half'" in run.output, run.output[-3000:]
     assert 'Fp16OptimizerHook needs CUDA' not in run.output
+
+
+def test_a_rank_waiting_in_the_evaluation_is_named_as_evaluating(data_root, tmp_path):
+    """mmdet's DistEvalHook after iteration 1 (of 0 to 3): rank 1 is slow on its first test
+    image (tests/openmmlab1/slow_evaluation.py), so rank 0, its share tested, waits in
+    ``collect_results_cpu``; the stall guard (2 s) judges the wait, which can end, and names
+    both ranks' phase 'validation', where the phase after the optimizer step was all it
+    knew (issue 49); the run then trains on to its end."""
+    config = _config(
+        tmp_path, 'slow_evaluation',
+        "custom_imports = dict(imports=['tests.openmmlab1.branch_detector', "
+        "'tests.openmmlab1.slow_evaluation', 'mmdet3d_ddp_guard'], allow_failed_imports=False)",
+        "data = dict(val=dict(type='SlowOnRank1CocoDataset'))",
+        "evaluation = dict(interval=2, metric='bbox')",
+        'ddp_guard = dict(stall_timeout=2)')
+    run = _run(data_root, tmp_path, config, 'slow_evaluation')
+    assert run.returncode == 0 and FINISHED in run.output, run.output[-3000:]
+    # "rank 0: in barrier called from mmdet/apis/test.py:158 in collect_results_cpu
+    # (iteration 1, validation); its last collective: ..."
+    places = set(re.findall(r'^ +rank (\d): (in \w+ called from \S+ in \w+|busy outside '
+                            r'collectives) \((iteration \d+|data for iteration \d+), '
+                            r'([a-z ]+)\)', run.output, re.M))
+    assert ('0', 'in barrier called from mmdet/apis/test.py:158 in collect_results_cpu',
+            'iteration 1', 'validation') in places, run.output[-4000:]
+    assert ('1', 'busy outside collectives', 'iteration 1', 'validation') in places, places
+    assert not any(phase == 'optimizer step' for *_, phase in places), places
