@@ -96,7 +96,7 @@ def _record_as_nccl_runs(monkeypatch, calls):
     (gloo cannot run these: NCCL-only functions, uneven gathers); the entries recorded."""
     log = CollectiveLog(torch.nn.Linear(2, 2))
     log.start_iteration(5)
-    monkeypatch.setattr(recording_functions, '_active', log)
+    monkeypatch.setattr(recording_functions._RECORDING, 'active', log)
     for op, args in calls:
         recording_functions._recording(op, lambda *args, **kwargs: None)(*args)
     return log.snapshot()

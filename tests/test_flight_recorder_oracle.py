@@ -335,7 +335,7 @@ def run_every_mode(rank: int, world_size: int, work_dir: str, unrecorded: List[s
         original_activate(log)
 
     def deactivate(log):
-        if recording_functions._active is log and log is current.get('log'):
+        if recording_functions._RECORDING.active is log and log is current.get('log'):
             current['stopped'] = _last_seq_ids()
             current['guard'] = _guard_sequence(log)
         original_deactivate(log)

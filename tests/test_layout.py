@@ -266,6 +266,32 @@ def test_a_circle_is_found_where_there_is_one(graph, found):
     assert circle(graph) == found
 
 
+def rebound_globals(source: str) -> List[str]:
+    """The module globals that ``global`` statements in ``source`` rebind."""
+    return sorted({name for node in ast.walk(ast.parse(source))
+                   if isinstance(node, ast.Global) for name in node.names})
+
+
+def test_no_module_global_is_rebound_after_import():
+    """State lives in objects: a module's globals are bound once, at import, so that what a
+    wrapper, the stall guard or a record holds is found on an object, not in a name that
+    changes under its readers."""
+    found = {}
+    for root, _, files in os.walk(PACKAGE):
+        for name in sorted(files):
+            if name.endswith('.py'):
+                with open(osp.join(root, name)) as source:
+                    names = rebound_globals(source.read())
+                if names:
+                    found[osp.relpath(osp.join(root, name), PACKAGE)] = names
+    assert found == {}, found
+
+
+def test_a_rebound_global_is_found():
+    assert rebound_globals('x = 1\ndef f():\n    global x\n    x = 2\n') == ['x']
+    assert rebound_globals('x = []\ndef f():\n    x.append(2)\n') == []
+
+
 def test_each_stall_guard_module_is_short():
     """The stall guard's modules (the thread, the store protocol, the record, the
     judgement, the exit) each stay under 300 lines."""

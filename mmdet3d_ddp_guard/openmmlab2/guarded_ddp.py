@@ -3,7 +3,7 @@ import contextlib
 import functools
 import inspect
 import weakref
-from typing import Callable, Dict, Optional, Union
+from typing import Dict, Optional, Union
 
 import torch
 from mmengine.logging import MessageHub, print_log
@@ -123,15 +123,13 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
         self.build_guarded(module, policy, static_graph, stall_timeout,
                            dict(kwargs, detect_anomalous_params=detect_anomalous_params))
         self._runner = weakref.ref(runner) if runner is not None else None
-        global _add_stall_phase_hook_untraced
-        _add_stall_phase_hook_untraced = untraced(_add_stall_phase_hook)
 
     def train_step(self, data: Union[dict, tuple, list],
                    optim_wrapper: OptimWrapper) -> Dict[str, torch.Tensor]:
         """MMDistributedDataParallel's train step, settling unused parameters between the
         backward and the optimizer step."""
         if self._runner is not None:
-            _add_stall_phase_hook_untraced(self)
+            self._first_step_with_a_runner(self)
         iteration = self._iteration()
         with self.guarded_step(iteration, then=Phase.HOOKS):
             with optim_wrapper.optim_context(self):
@@ -167,12 +165,16 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
     log = staticmethod(functools.partial(print_log, logger='current'))
 
     def _adapter_state(self):
-        return ('_runner', )
+        return ('_runner', '_first_step_with_a_runner')
 
     def _init_adapter_state(self) -> None:
         # __init__ then sets the Runner that builds us; a copy registers no hook on the
         # original's Runner.
         self._runner = None
+        # What the first step under a Runner calls, made untraced here (one wrapper, cached:
+        # inside a compiled train_step, traced, it would be a frame of its own); untraced()
+        # loads Dynamo, which importing the package must not do.
+        self._first_step_with_a_runner = untraced(_add_stall_phase_hook)
 
 
 def _add_stall_phase_hook(wrapper: GuardedDDP) -> None:
@@ -183,11 +185,6 @@ def _add_stall_phase_hook(wrapper: GuardedDDP) -> None:
             and not any(isinstance(hook, StallPhaseHook) for hook in runner.hooks):
         runner.register_hook(StallPhaseHook())
 
-
-#: ``_add_stall_phase_hook`` as the first step calls it, made untraced at each build (one
-#: wrapper, cached; inside a compiled train_step, traced, it would be a frame of its own);
-#: untraced() loads Dynamo, which importing the package must not do.
-_add_stall_phase_hook_untraced: Callable[[GuardedDDP], None] = _add_stall_phase_hook
 
 
 @contextlib.contextmanager

@@ -32,8 +32,15 @@ _RECORDING_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                'recording_functions.py')
 
 
-# The position of the wrapper that stepped last in this process: the training thread is its.
-_stepping: Optional['weakref.ref'] = None
+class _LastStepped:
+    """The position of the wrapper that stepped last in this process (held weakly): the
+    training thread is its."""
+
+    def __init__(self):
+        self.position: Optional['weakref.ref'] = None
+
+
+_LAST_STEPPED = _LastStepped()
 
 
 class RankPosition:
@@ -58,8 +65,7 @@ class RankPosition:
         self._self_ref = weakref.ref(self)
 
     def start_forward(self, iteration: int) -> None:
-        global _stepping
-        _stepping = self._self_ref
+        _LAST_STEPPED.position = self._self_ref
         self.iteration = iteration
         self.collectives.start_iteration(iteration)
         self.error = None  # an error that the training loop caught and went on after
@@ -77,7 +83,7 @@ class RankPosition:
     def is_current(self) -> bool:
         """Whether the training thread works for this position: no other wrapper of this
         process has stepped since this one did (a benchmark or a test holds several)."""
-        stepping = _stepping
+        stepping = _LAST_STEPPED.position
         # A wrapper that stepped and was collected (an evaluation model) holds nothing.
         return stepping is None or stepping is self._self_ref or stepping() is None
 

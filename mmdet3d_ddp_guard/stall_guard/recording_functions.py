@@ -21,8 +21,20 @@ import torch.distributed as dist
 from ..environment.ddp_compat import is_compiling, through_one_frame, untraced
 from .collective_log import COLLECTIVE_FUNCTIONS, CollectiveLog
 
-# The log of the guarded wrapper whose stall guard runs in this process (one at a time).
-_active: Optional[CollectiveLog] = None
+class _Recording:
+    """Where the recording functions record: the log of the guarded wrapper whose stall
+    guard runs in this process (one at a time, None: nowhere), through the record's two
+    calls, each through one frame (the issuer is read at a fixed depth). The calls are made
+    untraced at activation: untraced() loads Dynamo, which importing the package must not
+    do, and nothing is recorded before a log is active."""
+
+    def __init__(self):
+        self.active: Optional[CollectiveLog] = None
+        self.record = through_one_frame(CollectiveLog.record_call)
+        self.take_back = through_one_frame(CollectiveLog.take_back)
+
+
+_RECORDING = _Recording()
 # The recording function of each collective, built once per process: reinstalled, not
 # rebuilt, so that a compiled frame's guard on ``dist.all_reduce`` holds across runs.
 _recording_functions: Dict[str, Callable] = {}
@@ -31,10 +43,9 @@ _recording_functions: Dict[str, Callable] = {}
 def activate(log: Optional[CollectiveLog]) -> None:
     """Makes ``log`` the one the recording functions write to (None: record nothing, and
     torch's own functions back in ``torch.distributed``)."""
-    global _active
     if log is not None:
         record_collectives()
-    _active = log
+    _RECORDING.active = log
     if log is None:
         restore_collectives()
 
@@ -42,9 +53,8 @@ def activate(log: Optional[CollectiveLog]) -> None:
 def deactivate(log: CollectiveLog) -> None:
     """Stops recording into ``log``, if it is the active one; with no log active any more,
     ``torch.distributed`` holds torch's own functions again."""
-    global _active
-    if _active is log:
-        _active = None
+    if _RECORDING.active is log:
+        _RECORDING.active = None
         restore_collectives()
 
 
@@ -83,22 +93,22 @@ def _recording(op: str, original):
     and runs this function outside the graph; Dynamo never compiles it as a frame of its
     own (:func:`_not_compiled_on_their_own`), so it runs as without a compiler: it records,
     and Dynamo evaluates the original call as it does without the guard. The record itself
-    is never traced (``_record``)."""
+    is never traced (``_RECORDING.record``)."""
     @functools.wraps(original)
     def collective(*args, **kwargs):
         if is_compiling():
             return original(*args, **kwargs)
-        log = _active
+        log = _RECORDING.active
         if log is None:
             return original(*args, **kwargs)
-        # _issuer reads the caller four frames up: itself, record_call, _record's one
+        # _issuer reads the caller four frames up: itself, record_call, the record's one
         # frame, this one.
-        entry = _record(log, op, args, kwargs)
+        entry = _RECORDING.record(log, op, args, kwargs)
         try:
             return original(*args, **kwargs)
         except BaseException:
             if entry is not None:
-                _take_back(log, entry)
+                _RECORDING.take_back(log, entry)
             raise
     collective.ddp_guard_original = original
     # Pickled by reference, as torch's are: ``torch.distributed.<op>`` is this function
@@ -108,17 +118,9 @@ def _recording(op: str, original):
     return collective
 
 
-# The record's two calls, through one frame (the issuer is read at a fixed depth), made
-# untraced at activation: untraced() loads Dynamo, which importing the package must not do,
-# and nothing is recorded before a log is active.
-_record = through_one_frame(CollectiveLog.record_call)
-_take_back = through_one_frame(CollectiveLog.take_back)
-
-
 def _untraced_record() -> None:
-    global _record, _take_back
-    _record = untraced(CollectiveLog.record_call)
-    _take_back = untraced(CollectiveLog.take_back)
+    _RECORDING.record = untraced(CollectiveLog.record_call)
+    _RECORDING.take_back = untraced(CollectiveLog.take_back)
 
 
 def _not_compiled_on_their_own() -> None:
@@ -126,7 +128,7 @@ def _not_compiled_on_their_own() -> None:
     meets them outside a trace (after a graph break), instead of compiling each as a frame
     of its own: one frame more than without the guard, which would also fold
     ``is_compiling()`` and leave the call unrecorded. Dynamo still inlines them into the
-    frames it traces. The wrapper of ``_record`` is marked alike: Dynamo would only skip
+    frames it traces. The record's wrapper is marked alike: Dynamo would only skip
     it at its first call (a frame counted that the guard off does not have), and so is
     ``is_compiling`` (torch 2.0 to 2.2 count its frame: no tensor, skipped). Done at each
     activation: ``torch._dynamo.reset()`` may forget the marks."""
@@ -139,6 +141,6 @@ def _not_compiled_on_their_own() -> None:
         if function is not None:
             skip_code(function.__code__)
             break
-    skip_code(_record.__code__)
+    skip_code(_RECORDING.record.__code__)
     if hasattr(is_compiling, '__code__'):
         skip_code(is_compiling.__code__)
