@@ -247,6 +247,32 @@ def test_the_standard_library_is_told_from_installed_packages(module, standard):
     assert _standard_library(module) is standard
 
 
+def module_graph() -> Dict[str, Set[str]]:
+    """Each module of the package -> the package's modules it imports, lazily or not (a
+    package stands for its ``__init__``)."""
+    root = osp.dirname(PACKAGE)
+    paths = {}
+    for folder, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith('.py'):
+                path = osp.join(folder, name)
+                dotted = osp.relpath(path, root)[:-len('.py')].replace(os.sep, '.')
+                paths[dotted[:-len('.__init__')] if dotted.endswith('.__init__') else dotted] \
+                    = path
+    return {module: {imported for imported, _ in _file_imports(path)
+                     if imported in paths and imported != module}
+            for module, path in paths.items()}
+
+
+def test_the_modules_import_each_other_without_a_circle():
+    """Between files too, lazy imports included: a module that must import its importer
+    inside a function is a sign that a piece of one belongs elsewhere."""
+    graph = module_graph()
+    assert 'mmdet3d_ddp_guard.environment.version_numbers' in graph[
+        'mmdet3d_ddp_guard.environment.frameworks']
+    assert circle(graph) is None, circle(graph)
+
+
 def test_the_folders_import_each_other_without_a_circle():
     graph = folder_graph()
     # The graph is read from the imports: the folders' known arrows are in it.

@@ -20,7 +20,7 @@ from typing import Dict, List, Union
 
 import torch
 
-from .versions import major_minor
+from .version_numbers import major_minor
 
 #: torch 1.10 renamed GradBucket's accessors and lets a comm hook's future hold a tensor.
 GRAD_BUCKET_API_SINCE = (1, 10)

@@ -4,7 +4,7 @@ from importlib import metadata
 from typing import Dict, Optional
 
 from ..messages.framework_names import MMCV1, MMENGINE
-from .versions import major_minor
+from .version_numbers import major_minor
 
 
 def _distribution_version(name: str) -> Optional[str]:

@@ -18,13 +18,14 @@ message that names it:
 
 Each check takes version strings, so that this module imports no framework.
 """
-import re
 import sys
 import warnings
 from typing import Collection, Optional, Tuple
 
 from ..messages.config_lines import MMENGINE_LINES
 from ..messages.framework_names import MMCV1, MMENGINE
+from .frameworks import installed_frameworks
+from .version_numbers import major_minor
 
 #: The oldest torch this package is tested on (torch 1.9.1, Python 3.8).
 MIN_TORCH = (1, 9)
@@ -43,14 +44,6 @@ MIN_PYTHON = (3, 8)
 GRAPH_SEARCH_ACCUMULATES_RIGHT_SINCE = (2, 4)
 
 
-def major_minor(version: str) -> Tuple[int, int]:
-    """``'2.1.2+cu121'`` -> ``(2, 1)``; ``'2.6.0a0+git...'`` -> ``(2, 6)``."""
-    match = re.match(r'(\d+)\.(\d+)', version)
-    if match is None:
-        raise ValueError(f'mmdet3d_ddp_guard: cannot read the version {version!r}.')
-    return int(match.group(1)), int(match.group(2))
-
-
 def _dotted(version: Tuple[int, int]) -> str:
     return '.'.join(map(str, version))
 
@@ -58,9 +51,6 @@ def _dotted(version: Tuple[int, int]) -> str:
 def _without_the_guard(frameworks: Optional[Collection[str]]) -> str:
     """How to train without the guard, in the words of the frameworks installed: under
     MMEngine the config also names GuardedDDP, which mmcv 1.x's configs never do."""
-    # Imported here, as .frameworks imports this module; reading the installed
-    # distributions imports no framework.
-    from .frameworks import installed_frameworks
     if frameworks is None:
         try:
             frameworks = installed_frameworks()
