@@ -186,7 +186,6 @@ def _add_stall_phase_hook(wrapper: GuardedDDP) -> None:
         runner.register_hook(StallPhaseHook())
 
 
-
 @contextlib.contextmanager
 def _settling_after_backward(optim_wrapper: OptimWrapper, wrapper: GuardedWrapper,
                              reduces: bool, iteration: int):

@@ -22,6 +22,7 @@ BLOCKING_BACKENDS = ('gloo', )
 #: a gloo run then judges as an NCCL run does (the tests emulate NCCL with it).
 NONBLOCKING_ENV = 'MMDET3D_DDP_GUARD_NONBLOCKING_COLLECTIVES'
 
+
 class _ProcessWatchdog:
     """The watchdog of this process and the class name of the model it watches, held
     weakly: a wrapper collected without stop() leaves none."""

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from ..environment.ddp_compat import is_compiling, through_one_frame, untraced
 from .collective_log import COLLECTIVE_FUNCTIONS, CollectiveLog
 
+
 class _Recording:
     """Where the recording functions record: the log of the guarded wrapper whose stall
     guard runs in this process (one at a time, None: nowhere), through the record's two
@@ -33,8 +34,13 @@ class _Recording:
         self.record = through_one_frame(CollectiveLog.record_call)
         self.take_back = through_one_frame(CollectiveLog.take_back)
 
+    def untrace(self) -> None:
+        self.record = untraced(CollectiveLog.record_call)
+        self.take_back = untraced(CollectiveLog.take_back)
+
 
 _RECORDING = _Recording()
+
 # The recording function of each collective, built once per process: reinstalled, not
 # rebuilt, so that a compiled frame's guard on ``dist.all_reduce`` holds across runs.
 _recording_functions: Dict[str, Callable] = {}
@@ -69,7 +75,7 @@ def record_collectives() -> None:
         if recording is None or recording.ddp_guard_original is not current:
             recording = _recording_functions[op] = _recording(op, current)
         setattr(dist, op, recording)
-    _untraced_record()
+    _RECORDING.untrace()
     _not_compiled_on_their_own()
 
 
@@ -116,11 +122,6 @@ def _recording(op: str, original):
     collective.__module__ = dist.__name__
     collective.__qualname__ = op
     return collective
-
-
-def _untraced_record() -> None:
-    _RECORDING.record = untraced(CollectiveLog.record_call)
-    _RECORDING.take_back = untraced(CollectiveLog.take_back)
 
 
 def _not_compiled_on_their_own() -> None:
