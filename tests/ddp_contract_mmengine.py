@@ -65,6 +65,25 @@ class MMEngineAdapter:
         """A train-mode forward through the wrapper that nobody back-propagates."""
         return ddp(**batch, mode='loss')
 
+    def runner_with_report_hook(self, ddp, optim_wrapper, batches, work_dir: str):
+        """A real Runner that trains ``ddp`` on ``batches`` (one per iteration) with
+        UnusedParamsHook and a LoggerHook every 2 iterations; ``run(runner)`` trains."""
+        from mmdet3d_ddp_guard import UnusedParamsHook
+        loader = torch.utils.data.DataLoader(batches, batch_size=1,
+                                             collate_fn=lambda one: one[0])
+        return Runner(model=ddp, work_dir=work_dir, train_dataloader=loader,
+                      train_cfg=dict(by_epoch=False, max_iters=len(batches)),
+                      optim_wrapper=optim_wrapper,
+                      custom_hooks=[UnusedParamsHook(interval=2)],
+                      default_hooks=dict(logger=dict(type='LoggerHook', interval=2),
+                                         checkpoint=None),
+                      log_processor=dict(by_epoch=False), default_scope='mmengine',
+                      experiment_name=f'one_way_{dist.get_rank()}_{id(ddp)}')
+
+    @staticmethod
+    def run(runner):
+        runner.train()
+
 
 # The wrapper under MMEngine's Runner, as users' hooks handle it: an EMA hook that copies
 # the wrapper (BEVDet's MEGVIIEMAHook in its MMEngine form), SyncBuffersHook, a val loop

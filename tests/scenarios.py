@@ -101,15 +101,16 @@ def train_toy(rank: int, world_size: int, wrapper: str, pattern: str, optimizer:
     optim_wrapper = build_optim_wrapper(ddp, optimizer, accumulative_counts, amp)
     usage = []
     if wrapper == 'guarded':
-        names = ddp.usage_record.table.names
-        ddp.usage_record.add_listener(lambda last, changed: usage.append(
-            [sorted(names[i] for i in ids) for ids in last.per_rank_unused]))
+        ddp.keep_resolved_for_report()  # as UnusedParamsHook does
     for iteration in range(steps):
         batch = {k: v.to(dtype) for k, v in make_toy_batch(iteration, rank).items()}
         ddp.train_step(batch, optim_wrapper)
     if wrapper == 'guarded':
-        ddp.usage_record.resolve()
-        ddp.usage_record.exchange()
+        names = ddp.usage_record.table.names
+        resolved, stop = ddp.resolved_for_report(exchange=True)
+        assert stop is None, stop
+        usage = [[sorted(names[i] for i in ids) for ids in last.per_rank_unused]
+                 for last, _ in resolved]
     return dict(
         params={name: p.detach().cpu().clone() for name, p in model.named_parameters()},
         compiled_graphs=compiled_graphs(),
@@ -367,7 +368,7 @@ def strict_stop_in_a_runner(rank: int, world_size: int, work_dir: str, pattern: 
     return dict(error=None if error is None else str(error),
                 stopped_at=int(stopped_at.group(1)) if stopped_at else None,
                 file_iterations=[line['iter'] for line in lines],
-                last_line=lines[-1] if lines else None)
+                last_line=lines[-1] if lines else None, runner_iter=runner.iter)
 
 
 def collectives_during_training(rank: int, world_size: int, work_dir: str, pattern: str,

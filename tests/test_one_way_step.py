@@ -10,9 +10,14 @@ unused on one rank, plainly and with gradient accumulation, and
   function of the adapter's folder while the steps run (a profile of every Python call):
   the adapter passes everything down, the guard calls nothing back.
 
+Both hold with the steps run as a test runs them and under the framework's real runner with
+the adapter's UnusedParamsHook attached (and a logger hook every 2 iterations), where the
+hook pulls the resolved iterations from the wrapper for its report.
+
 A change to one adapter that reorders its step, or a call-back from the guard into an adapter
 (an iteration source, a settling or error call-back, an adapter's logging method), fails
 here."""
+import json
 import os.path as osp
 import sys
 
@@ -32,7 +37,7 @@ FRAMEWORK_FREE_FOLDERS = tuple(osp.join(PACKAGE, name) + osp.sep
 ITERATIONS = 4
 
 
-def _steps_and_crossings(rank: int, world_size: int, case_name: str):
+def _steps_and_crossings(rank: int, world_size: int, case_name: str, work_dir: str = None):
     from mmdet3d_ddp_guard.guard.guarded_wrapper import GuardedWrapper
     from tests.ddp_contract import CASES, ContractNet, _batch, load_adapter
     adapter = load_adapter(ADAPTER)
@@ -75,28 +80,50 @@ def _steps_and_crossings(rank: int, world_size: int, case_name: str):
                           f'{osp.relpath(callee.co_filename, PACKAGE)}:{callee.co_name}')
 
     ddp = adapter.wrap(adapter.model(ContractNet()), True, 'auto')
-    optimizer = adapter.optimizer(ddp, case.accumulate, case.momentum)
+    # In the runner, mmcv's GradientCumulativeOptimizerHook takes the accumulation.
+    optimizer = adapter.optimizer(ddp, 1 if work_dir and ADAPTER == 'mmcv' else case.accumulate,
+                                  case.momentum)
+    batches = [_batch(iteration, rank, case) for iteration in range(ITERATIONS)]
+    runner = None
+    if work_dir is not None:
+        options = dict(accumulate=case.accumulate) if ADAPTER == 'mmcv' else {}
+        runner = adapter.runner_with_report_hook(ddp, optimizer, batches,
+                                                 osp.join(work_dir, str(rank)), **options)
     sys.setprofile(profile)
     try:
-        for iteration in range(ITERATIONS):
-            adapter.step(ddp, optimizer, _batch(iteration, rank, case), iteration,
-                         case.accumulate)
+        if runner is not None:
+            adapter.run(runner)
+        else:
+            for iteration, batch in enumerate(batches):
+                adapter.step(ddp, optimizer, batch, iteration, case.accumulate)
     finally:
         sys.setprofile(None)
     if ddp.stall_watchdog is not None:
         ddp.stall_watchdog.stop()
     revised = ddp.decision.iteration is not None
-    return dict(calls=calls, crossings=sorted(crossings), revised=revised)
+    reported = []
+    if runner is not None:  # the report pulled every iteration: rank 0's file holds them
+        hook, = (hook for hook in runner.hooks if type(hook).__name__ == 'UnusedParamsHook')
+        if rank == 0:
+            with open(hook.report.history.path) as lines:
+                reported = [json.loads(line)['iter'] for line in lines]
+        else:
+            reported = list(range(ITERATIONS))
+    return dict(calls=calls, crossings=sorted(crossings), revised=revised, reported=reported)
 
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize('case_name', ['rank_dependent_branch', 'no_sync_accumulation'])
-def test_every_step_calls_down_in_one_order_and_nothing_calls_back(case_name):
-    results = run_distributed(_steps_and_crossings, case_name, timeout=180)
+@pytest.mark.parametrize('where', ['steps', 'runner_with_report_hook'])
+def test_every_step_calls_down_in_one_order_and_nothing_calls_back(case_name, where, tmp_path):
+    work_dir = str(tmp_path) if where == 'runner_with_report_hook' else None
+    results = run_distributed(_steps_and_crossings, case_name, work_dir, timeout=180)
     accumulate = 2 if case_name == 'no_sync_accumulation' else 1
+    # mmcv's GradientCumulativeOptimizerHook reduces every micro-step (no no_sync).
+    reduces_every_step = work_dir is not None and ADAPTER == 'mmcv'
     expected = []
     for iteration in range(ITERATIONS):
-        reduces = (iteration + 1) % accumulate == 0
+        reduces = reduces_every_step or (iteration + 1) % accumulate == 0
         expected += [('guarded_step', iteration), ('forward_returned', ), ('enter_backward', ),
                      ('settle_after_backward', reduces, iteration)]
     for rank, result in enumerate(results):
@@ -105,3 +132,5 @@ def test_every_step_calls_down_in_one_order_and_nothing_calls_back(case_name):
         # The decision was revised (rank 1 skipped the branch) and logged, through the
         # framework's logging function: the guard logged without calling the adapter.
         assert result['revised'], rank
+        if work_dir is not None:
+            assert result['reported'] == list(range(ITERATIONS)), (rank, result['reported'])

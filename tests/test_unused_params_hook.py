@@ -167,13 +167,16 @@ def test_under_plain_ddp_fast_path_it_stops_clearly_instead_of_hanging(tmp_path)
 
 @pytest.mark.timeout(300)
 def test_the_file_holds_the_iteration_that_stopped_the_run(tmp_path):
-    """The strict stop and the hook both listen to the record; the stop raising first must
-    not keep the hook from writing the iteration it stopped at (every listener hears every
-    iteration, then the first error is raised)."""
+    """The strict stop's timing with the hook attached: the hook asks the wrapper for the
+    resolved iterations after the optimizer step and is handed the stop with them; it writes
+    them, then raises the stop, in the same iteration's after_train_iter (runner.iter is
+    still 0: the next forward never ran). Users need the file to hold the iteration that
+    stopped the run, which ``summarize`` and the summary then name."""
     results = run_distributed(strict_stop_in_a_runner, str(tmp_path), 'skip_odd')
     for result in results:
         assert result['error'] is not None, result
         # The toy's dead layer is unused from the first iteration on.
         assert result['stopped_at'] == 0, result['error']
+        assert result['runner_iter'] == 0, result
     assert results[0]['file_iterations'] == [0]
     assert results[0]['last_line']['ranks_left_unreached'] == 2

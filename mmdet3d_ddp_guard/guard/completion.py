@@ -1,7 +1,7 @@
 """What happens between a backward and the optimizer step: DDP's buckets completed with
 zero gradients where the backward left parameters unreached, the counts carried on the last
 bucket, the optimizer kept off the parameters no rank used, and the strict and static-graph
-stops.
+stops; and what the guard does with each iteration the usage record resolves.
 
 An adapter (MMEngine's GuardedDDP, mmcv 1.x's guarded MMDistributedDataParallel) builds one
 :class:`UnusedCompletion` per wrapper and calls :meth:`UnusedCompletion.settle` between the
@@ -17,8 +17,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..environment.ddp_compat import untraced
 from .decision_policy import DecisionPolicy, Mode
-from .errors import static_graph_changed_error, unused_parameters_error
-from .iteration_usage import IterationUsage
+from .errors import UnusedParametersError, static_graph_changed_error, unused_parameters_error
+from .iteration_usage import ResolvedIteration
 from .unused_counts_comm_hook import UnusedCountsState, allreduce_with_unused_counts
 from .usage_record import ParamUsageRecord
 
@@ -32,6 +32,16 @@ class UnusedCompletion:
         record (ParamUsageRecord): The usage record built on ``ddp``'s module before DDP.
         policy (DecisionPolicy): The decision, revised as the record resolves iterations.
         log (callable): ``log(message)`` for the policy's revisions.
+
+    **Resolved iterations.** Whatever resolves the record's open iterations (the wrapper's
+    :meth:`resolve` once the next forward returned, a report's :meth:`take_for_report`, or
+    :meth:`settle` in a single process and at a forced exchange), the completion acts on
+    each, in order: in mode ``'strict'``, an iteration in which some rank left parameters
+    unreached makes the stop (:class:`UnusedParametersError`, the first such iteration's);
+    otherwise the policy observes it, and a revision is logged. The stop is raised at once
+    unless a report keeps the resolved iterations (:meth:`keep_for_report`): the report then
+    writes the iteration that stopped the run before it raises the stop it is handed (or
+    the wrapper does, at the next forward, if the report never asked).
     """
 
     def __init__(self, ddp: DistributedDataParallel, record: ParamUsageRecord,
@@ -46,6 +56,10 @@ class UnusedCompletion:
         # (this rank's unused ids, whether some were unreached) while the completion runs.
         self._completing: Optional[Tuple[Tuple[int, ...], bool]] = None
         self._static_graph_unused = None
+        self._stop: Optional[UnusedParametersError] = None
+        #: The resolved iterations a report has not taken yet; None while no report keeps
+        #: them (then nothing is kept: a run without the hook keeps no history).
+        self._kept_for_report: Optional[List[ResolvedIteration]] = None
         if policy.decision.mode in (Mode.COMPLETE, Mode.STRICT):
             self._counts = UnusedCountsState(ddp.process_group, self._local_counts,
                                              policy.lines.wrapper)
@@ -53,7 +67,6 @@ class UnusedCompletion:
             DistributedDataParallel.register_comm_hook(ddp, self._counts,
                                                        untraced(allreduce_with_unused_counts))
             record.resolved_by_counts = True
-        record.add_listener(self._observe)
 
     @property
     def carries_counts(self) -> bool:
@@ -89,7 +102,9 @@ class UnusedCompletion:
         if self._counts is None or not reduces:
             # No counts in this backward: exchanged later (modes 'find_unused' and
             # 'static_graph'), or carried by the window's last bucket (accumulation).
-            record.end_local_iteration(iteration, local_unused, bool(unreached))
+            self._act_on(record.end_local_iteration(iteration, local_unused, bool(unreached)))
+            if self._kept_for_report is None:
+                self.raise_stop()
             return []
         # DDP's reducer still waits for parameters frozen since it was built, too.
         frozen = record.local_frozen()
@@ -113,6 +128,7 @@ class UnusedCompletion:
         unused_in_window = set(local_unused) & untouched_none
         for _, ids in record.open_iterations:
             unused_in_window.intersection_update(ids)
+        # Nothing resolves here: the counts of this iteration are still on their way.
         record.end_local_iteration(iteration, local_unused, bool(unreached))
         if self.policy.decision.mode == Mode.COMPLETE and unused_in_window:
             self._release_unused_everywhere(sorted(unused_in_window), counts)
@@ -141,16 +157,49 @@ class UnusedCompletion:
             if unused_everywhere:
                 params[index].grad = None
 
-    def _observe(self, usage: IterationUsage, changed: bool) -> None:
-        """Every resolved iteration, in order: the strict stop, then the policy."""
-        record = self.record
-        if self.policy.decision.mode == Mode.STRICT and usage.ranks_left_unreached:
-            raise unused_parameters_error(record.table, dict(enumerate(usage.per_rank_unused)),
-                                          usage.iteration, self.policy.decision.source,
-                                          self.policy.lines)
-        revised = self.policy.observe(usage, record.statistics, record.table)
-        if revised is not None:
-            self._log(revised.format())
+    def resolve(self, exchange: bool = False) -> None:
+        """Resolves what the record can (with ``exchange``, every open iteration, by one
+        ``all_gather`` that every rank must make at the same point) and acts on it."""
+        resolved = self.record.resolve()
+        if exchange:
+            resolved += self.record.exchange()
+        self._act_on(resolved)
+
+    def keep_for_report(self) -> None:
+        """From now on the resolved iterations are kept until :meth:`take_for_report`."""
+        if self._kept_for_report is None:
+            self._kept_for_report = []
+
+    def take_for_report(self, exchange: bool
+                        ) -> Tuple[List[ResolvedIteration], Optional[UnusedParametersError]]:
+        """Resolves as :meth:`resolve` does, then hands over every iteration resolved since
+        the last call, in order, and the strict stop, for the report to raise once it has
+        written them."""
+        self.resolve(exchange)
+        kept, self._kept_for_report = self._kept_for_report or [], []
+        stop, self._stop = self._stop, None
+        return kept, stop
+
+    def raise_stop(self) -> None:
+        """Raises the strict stop that resolved iterations made, if any."""
+        stop, self._stop = self._stop, None
+        if stop is not None:
+            raise stop
+
+    def _act_on(self, resolved: List[ResolvedIteration]) -> None:
+        record, policy = self.record, self.policy
+        for usage, _ in resolved:
+            if policy.decision.mode == Mode.STRICT and usage.ranks_left_unreached:
+                if self._stop is None:
+                    self._stop = unused_parameters_error(
+                        record.table, dict(enumerate(usage.per_rank_unused)), usage.iteration,
+                        policy.decision.source, policy.lines)
+                continue
+            revised = policy.observe(usage, record.statistics, record.table)
+            if revised is not None:
+                self._log(revised.format())
+        if self._kept_for_report is not None:
+            self._kept_for_report.extend(resolved)
 
     def _check_static_graph(self, local_unused, iteration: int) -> None:
         if self._static_graph_unused is None:

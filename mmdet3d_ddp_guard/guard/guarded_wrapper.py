@@ -22,6 +22,7 @@ from ..stall_guard import Phase, RankPosition, watch_ranks
 from .completion import UnusedCompletion
 from .decision_policy import Decision, DecisionPolicy, Mode
 from .forward_collectives import forward_collectives_warning
+from .iteration_usage import ResolvedIteration
 from .sparse_gradients import sparse_gradients_notice
 from .unused_counts_comm_hook import UnusedCountsState
 from .usage_record import ParamUsageRecord
@@ -41,9 +42,9 @@ class GuardedWrapper:
        <.completion.UnusedCompletion.iterations_ended>`) and runs the whole step inside
        :meth:`guarded_step` with it: this step's stall position and record start there;
     2. calls :meth:`forward_returned` once the model's forward has returned, before any
-       backward: what the previous steps left open in the usage record is resolved there
-       (a report hook may have resolved it already, after the optimizer step: resolving
-       twice is a no-op);
+       backward: what the previous steps left open in the usage record is resolved and
+       acted on there (a report hook may have resolved it already, after the optimizer
+       step, through :meth:`resolved_for_report`: resolving twice is a no-op);
     3. runs the backward after :meth:`enter_backward` and inside
        :meth:`telling_the_stall_guard`, where the framework lets the wrapper run it
        (MMEngine's optim wrapper);
@@ -55,6 +56,12 @@ class GuardedWrapper:
     5. runs any other part of the step it runs itself inside :meth:`telling_the_stall_guard`,
        so that its error reaches the stall guard first (the other ranks then learn that this
        one raised, instead of waiting for it).
+
+    **The report's pull.** A report hook (``UnusedParamsHook``) reads this wrapper's record:
+    it calls :meth:`keep_resolved_for_report` before the run, then
+    :meth:`resolved_for_report` at its hook points, and gets every iteration resolved since
+    (whoever resolved it) and the strict stop, which it raises once its file holds the
+    iteration that made it. Neither the record nor the guard calls the hook.
 
     **The adapter interface.** A subclass gives its framework's words (``lines``: the config
     lines its messages name), names itself and the way to DDP's graph search in
@@ -157,7 +164,22 @@ class GuardedWrapper:
         step that never comes here leaves its iterations open: the next reduced bucket
         carries their counts too (:meth:`ParamUsageRecord.expect_counts`)."""
         with self.telling_the_stall_guard():
-            self.usage_record.resolve()
+            self.completion.resolve()
+            self.completion.raise_stop()
+
+    def keep_resolved_for_report(self) -> None:
+        """A report will ask for the resolved iterations: keep them until it does."""
+        self.completion.keep_for_report()
+
+    def resolved_for_report(self, exchange: bool
+                            ) -> Tuple[List[ResolvedIteration], Optional[BaseException]]:
+        """What the report asks for at its hook points (after the optimizer step, where it
+        resolves the counts for its log line): the iterations resolved since it last asked,
+        in order, and the strict stop, if one of them made it, for the report to raise once
+        it has written them. ``exchange``: also gather the open iterations across ranks (the
+        modes without counts; every rank must pass the same)."""
+        with self.telling_the_stall_guard():
+            return self.completion.take_for_report(exchange)
 
     def enter_backward(self) -> None:
         """The step's backward starts (the stall guard's phase)."""

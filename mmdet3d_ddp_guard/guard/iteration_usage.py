@@ -1,14 +1,15 @@
-"""The values a :class:`~.usage_record.ParamUsageRecord` delivers and the counts kept of them.
+"""The values a :class:`~.usage_record.ParamUsageRecord` resolves and the counts kept of them.
 
 :class:`IterationUsage` is one resolved iteration: which parameters went unused, on which
-ranks, and how many ranks left parameters unreached (what makes plain DDP fail). Every listener
-of the record (the wrapper's decision policy, :class:`UnusedParamsHook`) reads it.
+ranks, and how many ranks left parameters unreached (what makes plain DDP fail). The record
+returns each as a :class:`ResolvedIteration` to whoever asked it to resolve (the guard, which
+hands them on to :class:`UnusedParamsHook`; the hook's own record under another wrapper).
 :class:`UsageStatistics` accumulates them over the run and is checkpointed with it, so that a
 resumed run's summary covers the whole run.
 """
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,13 @@ class IterationUsage:
     @cached_property
     def ranks_differ(self) -> bool:
         return len(set(self.per_rank_unused)) > 1
+
+
+class ResolvedIteration(NamedTuple):
+    """An iteration as the record resolved it: its usage, and whether its unused sets differ
+    from the previous iteration's (:meth:`UsageStatistics.update`)."""
+    usage: IterationUsage
+    changed: bool
 
 
 class UsageStatistics:

@@ -20,7 +20,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from .accumulate_grad_hooks import register_grad_accumulated_hook
-from .iteration_usage import IterationUsage, UsageStatistics
+from .iteration_usage import IterationUsage, ResolvedIteration, UsageStatistics
 from .param_table import ParamTable
 
 
@@ -57,8 +57,10 @@ class ParamUsageRecord:
       iteration; past ``max_open`` open iterations the record exchanges on its own, so
       memory stays bounded.
 
-    Resolved iterations are delivered in order to the listeners (:meth:`add_listener`):
-    the wrapper's decision policy and :class:`UnusedParamsHook` both read the same record.
+    Resolution is a pull: :meth:`resolve`, :meth:`exchange` and :meth:`end_local_iteration`
+    return the iterations they resolved, in order, as :class:`ResolvedIteration` s, to the
+    caller, which acts on them; the record calls nobody. Under GuardedDDP the guard is that
+    caller, and hands them on to :class:`UnusedParamsHook` when the hook asks.
 
     Args:
         module (nn.Module): The unwrapped model.
@@ -83,7 +85,6 @@ class ParamUsageRecord:
         # (iteration, local unused ids, whether this rank left some of them unreached)
         self._open: List[Tuple[int, Tuple[int, ...], bool]] = []
         self._counts: Optional[_CountsInFlight] = None
-        self._listeners: List[Callable[[IterationUsage, bool], None]] = []
         self._reached_listener: Optional[Callable[[torch.Tensor], None]] = None
         self._handles = [register_grad_accumulated_hook(p, self._on_grad_accumulated)
                          for p in self.table.params]
@@ -144,16 +145,13 @@ class ParamUsageRecord:
         """(iteration, local unused ids) of the iterations not yet resolved across ranks."""
         return [(iteration, ids) for iteration, ids, _ in self._open]
 
-    def add_listener(self, listener: Callable[[IterationUsage, bool], None]) -> None:
-        """``listener(usage, changed)`` is called for every resolved iteration, in order;
-        every listener sees every iteration, and the first error a listener raised is
-        raised once all have (and every resolved iteration has been delivered)."""
-        self._listeners.append(listener)
-
     def end_local_iteration(self, iteration: int,
                             local_unused: Optional[Tuple[int, ...]] = None,
-                            left_unreached: Optional[bool] = None) -> None:
-        """Ends the iteration on this rank; its per-rank detail follows later.
+                            left_unreached: Optional[bool] = None
+                            ) -> List[ResolvedIteration]:
+        """Ends the iteration on this rank; its per-rank detail follows later, except in a
+        single process, and when ``max_open`` iterations are open (an exchange): returns
+        the iterations this resolved.
 
         Args:
             iteration (int): The runner iteration.
@@ -168,9 +166,10 @@ class ParamUsageRecord:
             left_unreached = bool(self.local_unreached())
         self._open.append((iteration, local, left_unreached))
         if self.world_size == 1 and not self.resolved_by_counts:
-            self._deliver([(local, )], [int(left_unreached)])
-        elif not self.resolved_by_counts and len(self._open) >= self.max_open:
-            self.exchange()
+            return self._resolved([(local, )], [int(left_unreached)])
+        if not self.resolved_by_counts and len(self._open) >= self.max_open:
+            return self.exchange()
+        return []
 
     def expect_counts(self, counts: torch.Tensor) -> None:
         """Hands over the reduced counts of all open iterations (a ``K x P + 1`` device
@@ -180,13 +179,14 @@ class ParamUsageRecord:
         replaced: these cover every open iteration, theirs too."""
         self._counts = _CountsInFlight(counts)
 
-    def resolve(self) -> None:
+    def resolve(self) -> List[ResolvedIteration]:
         """Resolves the open iterations from the counts handed over, if any (waits for their
-        copy: a host sync; a collective only when ranks differ). The guarded wrapper calls it
-        once the next step's forward has returned, and a report hook may call it earlier,
-        after the optimizer step, for its log line: the later call finds nothing."""
+        copy: a host sync; a collective only when ranks differ), and returns them. The
+        guarded wrapper calls it once the next step's forward has returned, or earlier,
+        after the optimizer step, when a report hook asks for its log line: the later call
+        finds nothing."""
         if self._counts is None:
-            return
+            return []
         counts, self._counts = self._counts.values(), None
         num_params, world = len(self.table), self.world_size
         steps = len(self._open)
@@ -197,18 +197,19 @@ class ParamUsageRecord:
                 'iterations locally before the bucket that carries them is reduced.')
         unused = counts[:-1].view(steps, num_params) > 0.5
         if (unused & (counts[:-1].view(steps, num_params) < world - 0.5)).any():
-            self._deliver(*self._gather_open())
-        else:
-            per_rank = [(tuple(row.nonzero().flatten().tolist()), ) * world for row in unused]
-            # Only the window's last micro-step reduces, and only there can DDP fail.
-            self._deliver(per_rank, [0] * (steps - 1) + [round(counts[-1].item())])
+            return self._resolved(*self._gather_open())
+        per_rank = [(tuple(row.nonzero().flatten().tolist()), ) * world for row in unused]
+        # Only the window's last micro-step reduces, and only there can DDP fail.
+        return self._resolved(per_rank, [0] * (steps - 1) + [round(counts[-1].item())])
 
-    def exchange(self) -> None:
+    def exchange(self) -> List[ResolvedIteration]:
         """Resolves every open iteration with one ``all_gather`` (every rank must call it at
-        the same point); nothing when no iteration is open, or when counts will resolve them
-        (the micro-steps of an accumulation window ride the window's last bucket)."""
+        the same point) and returns them; nothing when no iteration is open, or when counts
+        will resolve them (the micro-steps of an accumulation window ride the window's last
+        bucket)."""
         if self._open and self.world_size > 1 and not self.resolved_by_counts:
-            self._deliver(*self._gather_open())
+            return self._resolved(*self._gather_open())
+        return []
 
     def local_mask(self, device, dtype,
                    current: Optional[Tuple[int, ...]] = None) -> torch.Tensor:
@@ -236,26 +237,19 @@ class ParamUsageRecord:
                           for rank in range(self.world_size)) for k in range(steps)]
         return per_rank, gathered[:, -steps:].sum(dim=0).tolist()
 
-    def _deliver(self, per_rank_of_open: List[Tuple[Tuple[int, ...], ...]],
-                 ranks_left_unreached: List[int]) -> None:
+    def _resolved(self, per_rank_of_open: List[Tuple[Tuple[int, ...], ...]],
+                  ranks_left_unreached: List[int]) -> List[ResolvedIteration]:
+        """The open iterations, resolved with their per-rank detail and counted."""
         if len(per_rank_of_open) != len(self._open):
             raise RuntimeError(f'ParamUsageRecord: {len(per_rank_of_open)} resolved iterations '
                                f'for {len(self._open)} open ones.')
         opened, self._open = self._open, []
-        stop: Optional[BaseException] = None
+        resolved = []
         for (iteration, local, _), per_rank, unreached in zip(opened, per_rank_of_open,
                                                               ranks_left_unreached):
             self.last = IterationUsage(iteration, self.rank, local, tuple(per_rank), unreached)
-            changed = self.statistics.update(self.last)
-            for listener in self._listeners:
-                # A listener that stops the run (the strict stop) must not keep the others
-                # from seeing the iteration: the hook's file then holds the one that stopped it.
-                try:
-                    listener(self.last, changed)
-                except Exception as error:  # noqa: B902 - re-raised below, the first one
-                    stop = stop or error
-        if stop is not None:
-            raise stop
+            resolved.append(ResolvedIteration(self.last, self.statistics.update(self.last)))
+        return resolved
 
     def remove(self) -> None:
         """Detaches the autograd hooks (the record keeps what it has seen)."""

@@ -2,6 +2,7 @@
 report as under MMEngine (which iterations left which parameters unused on which rank), read
 through mmcv's hooks, logger and checkpoint meta."""
 import functools
+from typing import List
 
 from mmcv.parallel import is_module_wrapper
 from mmcv.runner import (HOOKS, BaseRunner, CheckpointHook, Hook, IterBasedRunner, LoggerHook,
@@ -85,13 +86,12 @@ class UnusedParamsHook(ReportOptions, Hook):
 
     def before_run(self, runner) -> None:
         model = runner.model
-        self._runner = runner
         # Under mmcv's DDP no no_sync() runs (GradientCumulativeOptimizerHook reduces every
         # micro-step), so MMEngine's warning about the graph search's accumulation is moot.
         self.start_report(model, model.module if is_module_wrapper(model) else model,
                           isinstance(model, GuardedMMDistributedDataParallel),
                           runner.work_dir, runner.logger, get_dist_info()[0] == 0,
-                          self._on_usage, MMCV1_LINES)
+                          MMCV1_LINES)
         # mmcv's runners count from 0 unless runner.resume set epoch and iter.
         resumed = runner.iter > 0
         self.report.prepare_out_dir(fresh=not resumed)
@@ -120,7 +120,8 @@ class UnusedParamsHook(ReportOptions, Hook):
         self.report.start_iteration()
 
     def after_train_iter(self, runner) -> None:
-        self.report.end_iteration(runner.iter, self._exchange_due(runner))
+        self._log_counts(runner, self.report.end_iteration(
+            runner.iter, self._exchange_due(runner), runner.epoch))
         if self.end_of_epoch(runner) and not isinstance(runner, IterBasedRunner):
             self._store_state(runner)  # for the epoch's checkpoint, whatever the priorities
 
@@ -141,12 +142,11 @@ class UnusedParamsHook(ReportOptions, Hook):
                 return True
         return False
 
-    def _on_usage(self, usage: IterationUsage, changed: bool) -> None:
-        """Every iteration once its per-rank detail is known (the record's listener)."""
-        runner = self._runner
-        runner.log_buffer.update({'unused_params': len(usage.unused_on_any_rank)})
-        self.report.report(usage, changed, runner.epoch)
-        self._state_stale = True
+    def _log_counts(self, runner, reported: List[IterationUsage]) -> None:
+        """``unused_params`` on the log line, from the iterations the report just wrote."""
+        for usage in reported:
+            runner.log_buffer.update({'unused_params': len(usage.unused_on_any_rank)})
+            self._state_stale = True
 
     def _store_state(self, runner) -> None:
         # Only when an iteration was counted since: the state is O(parameters) to build.
@@ -155,11 +155,12 @@ class UnusedParamsHook(ReportOptions, Hook):
             self._state_stale = False
 
     def after_train_epoch(self, runner) -> None:
-        self.record.exchange()  # before an epoch checkpoint; a no-op when nothing is open
+        # Before an epoch checkpoint; nothing when no iteration is open.
+        self._log_counts(runner, self.report.collect(True, runner.epoch))
         self._store_state(runner)
 
     def after_run(self, runner) -> None:
-        self.report.finish()
+        self._log_counts(runner, self.report.finish(runner.epoch))
 
 
 def keep_loaded_checkpoint_meta() -> bool:

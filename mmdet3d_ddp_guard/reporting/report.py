@@ -10,10 +10,10 @@ state are therefore the same under both frameworks, and
 """
 import os
 import textwrap
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from ..guard.errors import unused_parameters_error
-from ..guard.iteration_usage import IterationUsage
+from ..guard.iteration_usage import IterationUsage, ResolvedIteration
 from ..guard.usage_record import ParamUsageRecord
 from ..messages.config_lines import MMENGINE_LINES, ConfigLines
 from .history_file import HistoryFile, history_path, read_history, table_path, write_table
@@ -39,8 +39,10 @@ class UsageReport:
         plot (bool): Write the PNG (needs matplotlib).
         main_process (bool): Whether this process writes the files (global rank 0); the
             others only log. Defaults to True.
-        drives_record (bool): Whether the hook owns ``record`` and so starts and ends its
-            iterations (no GuardedDDP did). Defaults to False.
+        guarded_wrapper (GuardedWrapper, optional): The guarded wrapper whose record this
+            is: it starts, ends and resolves the iterations, and hands the resolved ones
+            over when the report asks (:meth:`GuardedWrapper.resolved_for_report`). None
+            when the report owns ``record`` (no guarded wrapper) and so drives it itself.
         stops_unreached (bool): Stop with :class:`UnusedParametersError` when this rank
             left parameters unreached (the hook's own record under plain DDP's fast path,
             see :func:`~.report_options.plain_ddp_fast_path`). Defaults to False.
@@ -57,7 +59,7 @@ class UsageReport:
                  max_modules_in_log: int = 12,
                  plot: bool = True,
                  main_process: bool = True,
-                 drives_record: bool = False,
+                 guarded_wrapper=None,
                  stops_unreached: bool = False,
                  lines: ConfigLines = MMENGINE_LINES):
         self.record = record
@@ -68,7 +70,8 @@ class UsageReport:
         self.max_modules_in_log = max_modules_in_log
         self.plot = plot
         self.main_process = main_process
-        self.drives_record = drives_record
+        self.guarded_wrapper = guarded_wrapper
+        self.drives_record = guarded_wrapper is None
         self.stops_unreached = stops_unreached
         self.lines = lines
         self.history = HistoryFile(history_path(out_dir, prefix), logger)
@@ -134,10 +137,9 @@ class UsageReport:
         if self.drives_record:
             self.record.start_iteration()
 
-    def end_iteration(self, iteration: int, exchange: bool) -> None:
+    def end_iteration(self, iteration: int, exchange: bool, epoch: int) -> List[IterationUsage]:
         """After the iteration's backward and optimizer step: ends it on this rank (an own
-        record), resolves what can be, and with ``exchange`` gathers the open iterations
-        (every rank must pass the same ``exchange``)."""
+        record), then :meth:`collect` s."""
         if self.stops_unreached:
             unreached = self.record.local_unreached()
             if unreached:
@@ -145,15 +147,30 @@ class UsageReport:
                     self.record.table, {self.record.rank: unreached}, iteration,
                     'the config: plain DDP (UnusedParamsHook cannot report across ranks '
                     'here)', self.lines)
-        if self.drives_record:
-            self.record.end_local_iteration(iteration)
-        self.record.resolve()
-        if exchange:
-            self.record.exchange()
+        ended = self.record.end_local_iteration(iteration) if self.drives_record else []
+        return self.collect(exchange, epoch, ended)
+
+    def collect(self, exchange: bool, epoch: int,
+                resolved: Sequence[ResolvedIteration] = ()) -> List[IterationUsage]:
+        """Asks for the iterations resolved since the last call (with ``exchange``, the open
+        ones gathered across ranks first: every rank must pass the same), reports each, and
+        returns them for the hook's log line. The guard's strict stop, when one of them
+        made it, is raised after they are reported: the file holds the iteration that
+        stopped the run."""
+        resolved, stop = list(resolved), None
+        if self.guarded_wrapper is not None:
+            taken, stop = self.guarded_wrapper.resolved_for_report(exchange)
+            resolved += taken
+        elif exchange:
+            resolved += self.record.exchange()
+        for usage, changed in resolved:
+            self.report(usage, changed, epoch)
+        if stop is not None:
+            raise stop
+        return [usage for usage, _ in resolved]
 
     def report(self, usage: IterationUsage, changed: bool, epoch: int) -> None:
-        """Every resolved iteration (from the record's listener, after the hook put
-        ``unused_params`` on its log line): the names when due, the line in the file."""
+        """One resolved iteration: the names when due, the line in the file."""
         if usage.unused_on_any_rank and (changed
                                          or self.record.statistics.iterations_with_unused == 1
                                          or (usage.iteration + 1) % self.interval == 0):
@@ -197,12 +214,12 @@ class UsageReport:
 
     # -- the run's end ------------------------------------------------------------------
 
-    def finish(self) -> None:
-        """After training: the last iterations resolved and exchanged (on every rank), then
-        the summary."""
-        self.record.resolve()
-        self.record.exchange()
+    def finish(self, epoch: int) -> List[IterationUsage]:
+        """After training: the last iterations resolved and exchanged (on every rank) and
+        reported, then the summary; returns them."""
+        last = self.collect(True, epoch)
         self.write_summary()
+        return last
 
     def write_summary(self) -> None:
         """Logs the summary and writes its files (main process); a file that cannot be

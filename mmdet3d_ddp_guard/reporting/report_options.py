@@ -47,11 +47,11 @@ class ReportOptions:
         self.report: Optional[UsageReport] = None
 
     def start_report(self, model, module, guarded: bool, work_dir: str, logger,
-                     main_process: bool, listener,
-                     lines: ConfigLines = MMENGINE_LINES) -> None:
+                     main_process: bool, lines: ConfigLines = MMENGINE_LINES) -> None:
         """What both hooks' ``before_run`` do: the record (the guarded wrapper's own, one
-        set of autograd hooks; else one of the hook's own on ``module``), the report, its
-        summary as the stall guard's exit callback, and ``listener`` on the record.
+        set of autograd hooks, whose resolved iterations the wrapper now keeps for the
+        report; else one of the hook's own on ``module``), the report, and its summary as
+        the stall guard's exit callback.
 
         Args:
             model: The runner's model (a wrapper, or the module itself).
@@ -60,7 +60,6 @@ class ReportOptions:
             work_dir (str): Where the files go unless ``out_dir`` was given.
             logger: The runner's logger.
             main_process (bool): Whether this process writes the files.
-            listener (callable): ``listener(usage, changed)`` for every resolved iteration.
             lines (ConfigLines): See :class:`UsageReport`.
         """
         self.record = model.usage_record if guarded else ParamUsageRecord(module)
@@ -68,13 +67,14 @@ class ReportOptions:
         self.report = UsageReport(
             self.record, self.out_dir, logger, self.file_prefix, self.interval,
             self.max_modules_in_log, self.plot, main_process=main_process,
-            drives_record=not guarded,
+            guarded_wrapper=model if guarded else None,
             stops_unreached=not guarded and plain_ddp_fast_path(model),
             lines=lines)
         if guarded and model.stall_watchdog is not None:
             # A stall that ends the run leaves through os._exit: no after_train / after_run.
             model.stall_watchdog.add_exit_callback(self.report.write_summary)
-        self.record.add_listener(listener)
+        if guarded:
+            model.keep_resolved_for_report()
 
 
 def plain_ddp_fast_path(model) -> bool:

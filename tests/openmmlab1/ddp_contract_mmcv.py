@@ -5,6 +5,7 @@ mmcv's own; a step as mmcv's ``OptimizerHook`` runs it (zero_grad, the wrapper's
 ``train_step``, ``loss.backward()``, step), ``no_sync`` around all but the last micro-step
 of an accumulation window."""
 import contextlib
+import logging
 
 import torch
 import torch.nn as nn
@@ -69,3 +70,27 @@ class MMCVAdapter:
     def forward(self, ddp, batch):
         """A train-mode forward through the wrapper that nobody back-propagates."""
         return ddp(**batch)
+
+    def runner_with_report_hook(self, ddp, optimizer, batches, work_dir: str,
+                                accumulate: int = 1):
+        """A real IterBasedRunner that trains ``ddp`` on ``batches`` (one per iteration)
+        with UnusedParamsHook, mmcv's OptimizerHook (GradientCumulativeOptimizerHook with
+        ``accumulate``) and a TextLoggerHook every 2 iterations; ``run(runner)`` trains."""
+        from mmcv.runner import IterBasedRunner
+        from mmdet3d_ddp_guard.openmmlab1.unused_params_hook import UnusedParamsHook
+        runner = IterBasedRunner(ddp, optimizer=optimizer, work_dir=work_dir,
+                                 logger=logging.getLogger(f'one_way.{id(ddp)}'),
+                                 max_iters=len(batches), meta=dict())
+        runner.register_optimizer_hook(
+            dict(grad_clip=None) if accumulate == 1 else
+            dict(type='GradientCumulativeOptimizerHook', cumulative_iters=accumulate,
+                 grad_clip=None))
+        runner.register_logger_hooks(dict(interval=2, hooks=[dict(type='TextLoggerHook')]))
+        runner.register_hook(UnusedParamsHook(interval=2), priority='NORMAL')
+        # IterLoader asks the sampler for set_epoch only once the list is exhausted.
+        runner.batches = batches + batches[-1:]
+        return runner
+
+    @staticmethod
+    def run(runner):
+        runner.run([runner.batches], [('train', len(runner.batches) - 1)])

@@ -1,6 +1,6 @@
 """MMEngine's :class:`UnusedParamsHook`: the adapter of
 :class:`~mmdet3d_ddp_guard.reporting.report.UsageReport` to MMEngine's Runner."""
-from typing import Optional
+from typing import List, Optional
 
 import torch
 from mmengine.dist import is_main_process
@@ -90,9 +90,8 @@ class UnusedParamsHook(ReportOptions, Hook):
         guarded = isinstance(model, GuardedDDP)
         if not guarded:
             self._warn_graph_search_accumulation(runner, model)
-        self._runner = runner
         self.start_report(model, model.module if is_model_wrapper(model) else model, guarded,
-                          runner.work_dir, runner.logger, is_main_process(), self._on_usage)
+                          runner.work_dir, runner.logger, is_main_process())
         self.report.prepare_out_dir(fresh=not runner._resume)
         if self._loaded_before_run is not None:
             self.report.restore(*self._loaded_before_run, resumed=runner._resume)
@@ -120,7 +119,8 @@ class UnusedParamsHook(ReportOptions, Hook):
         self.report.start_iteration()
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        self.report.end_iteration(runner.iter, self._exchange_due(runner, batch_idx))
+        self._log_counts(runner, self.report.end_iteration(
+            runner.iter, self._exchange_due(runner, batch_idx), runner.epoch))
 
     def _exchange_due(self, runner, batch_idx: int) -> bool:
         """At LoggerHook's log lines, at CheckpointHook's iteration checkpoints (saved by rank
@@ -146,15 +146,16 @@ class UnusedParamsHook(ReportOptions, Hook):
             return self.every_n_train_iters(runner, hook.interval)
         return self.every_n_train_iters(runner, hook.interval, hook.save_begin)
 
-    def _on_usage(self, usage: IterationUsage, changed: bool) -> None:
-        """Every iteration once its per-rank detail is known (the record's listener)."""
-        runner = self._runner
-        runner.message_hub.update_scalar('train/unused_params',
-                                         len(usage.unused_on_any_rank))
-        self.report.report(usage, changed, runner.epoch)
+    @staticmethod
+    def _log_counts(runner, reported: List[IterationUsage]) -> None:
+        """``unused_params`` on the log line, from the iterations the report just wrote."""
+        for usage in reported:
+            runner.message_hub.update_scalar('train/unused_params',
+                                             len(usage.unused_on_any_rank))
 
     def after_train_epoch(self, runner) -> None:
-        self.record.exchange()  # before an epoch checkpoint; a no-op when nothing is open
+        # Before an epoch checkpoint; nothing when no iteration is open.
+        self._log_counts(runner, self.report.collect(True, runner.epoch))
 
     def after_train(self, runner) -> None:
-        self.report.finish()
+        self._log_counts(runner, self.report.finish(runner.epoch))
