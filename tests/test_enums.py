@@ -7,9 +7,9 @@ import json
 import pytest
 import torch.nn as nn
 
-from mmdet3d_ddp_guard.guard.decision_policy import (COMPLETE, MODE_EXPLANATIONS, Mode,
-                                                     initial_decision)
+from mmdet3d_ddp_guard.guard.decision_policy import COMPLETE, Mode, initial_decision
 from mmdet3d_ddp_guard.messages.config_lines import MMENGINE_LINES
+from mmdet3d_ddp_guard.messages.decision_text import MODE_EXPLANATIONS, decision_message
 from mmdet3d_ddp_guard.stall_guard import Phase, RankPosition
 from mmdet3d_ddp_guard.stall_guard.phases import GRADIENT_PHASES
 
@@ -44,7 +44,7 @@ def test_the_values_are_the_old_strings():
 def test_the_decision_reads_as_before():
     decision = initial_decision(False, 'model_wrapper_cfg', False, MMENGINE_LINES)
     assert decision.mode is Mode.STRICT
-    assert decision.format().startswith(
+    assert decision_message(decision).startswith(
         "GuardedDDP decision (at build): mode='strict' (requested "
         'find_unused_parameters=False, from model_wrapper_cfg)')
 

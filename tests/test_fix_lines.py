@@ -13,6 +13,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mmdet3d_ddp_guard.guard.completion import UnusedCompletion
 from mmdet3d_ddp_guard.messages.config_lines import MMCV1_LINES, MMENGINE_LINES
+from mmdet3d_ddp_guard.messages.decision_text import decision_message
 from mmdet3d_ddp_guard.guard.decision_policy import DecisionPolicy
 from mmdet3d_ddp_guard.messages.mode_request import CONFIG_TOP_LEVEL, not_given, read_request
 from mmdet3d_ddp_guard.guard.errors import static_graph_changed_error, unused_parameters_error
@@ -102,7 +103,7 @@ def test_a_bad_mode_names_the_framework_s_line(fix):
 
 def test_the_decision_names_the_wrapper_and_no_other_framework(fix):
     decision = DecisionPolicy(True, CONFIG_TOP_LEVEL, False, fix['lines']).decision
-    text = decision.format()
+    text = decision_message(decision)
     assert text.startswith(f"{fix['wrapper']} decision (at build): mode='find_unused'")
     assert "add this line to your config: find_unused_parameters='auto'" in decision.reason
     if fix['lines'] is MMCV1_LINES:

@@ -318,6 +318,47 @@ def test_a_rebound_global_is_found():
     assert rebound_globals('x = []\ndef f():\n    x.append(2)\n') == []
 
 
+#: The folders of mechanism: their messages are built by messages/ from the data they pass.
+MECHANISM = ('guard', 'stall_guard')
+#: A string of this many words or more, outside a docstring, is text for a user.
+MESSAGE_WORDS = 3
+
+
+def message_texts(source: str) -> List[Tuple[int, str]]:
+    """(line, text) of the string constants in ``source`` (f-strings' literal parts
+    included) of :data:`MESSAGE_WORDS` words or more that are not docstrings."""
+    tree = ast.parse(source)
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and ast.get_docstring(node, clean=False) is not None:
+            docstrings.add(id(node.body[0].value))
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings and len(node.value.split()) >= MESSAGE_WORDS]
+
+
+def test_the_mechanism_builds_no_message():
+    """guard/ and stall_guard/ hold no text for a user: they decide, and hand the data to a
+    function of messages/ for the words (one place to read and change every message)."""
+    found = {}
+    for folder in MECHANISM:
+        for name in sorted(os.listdir(osp.join(PACKAGE, folder))):
+            if name.endswith('.py'):
+                with open(osp.join(PACKAGE, folder, name)) as source:
+                    texts = message_texts(source.read())
+                if texts:
+                    found[f'{folder}/{name}'] = texts
+    assert found == {}, found
+
+
+def test_a_message_in_the_mechanism_is_found():
+    source = ('"""Doc of the module."""\ndef f(x):\n    """Doc of f, many words."""\n'
+              "    raise ValueError(f'{x}: cannot be used here')\n"
+              "LABEL = 'two words'\n")
+    assert message_texts(source) == [(4, ': cannot be used here')]
+
+
 def test_each_stall_guard_module_is_short():
     """The stall guard's modules (the thread, the store protocol, the record, the
     judgement, the exit) each stay under 300 lines."""

@@ -14,7 +14,7 @@ from tests.dist_utils import run_until_exit
 from tests.timeouts import scaled
 
 from mmdet3d_ddp_guard.stall_guard import NONBLOCKING_ENV
-from mmdet3d_ddp_guard.stall_guard.stall_diagnosis import ranks_text
+from mmdet3d_ddp_guard.messages.stall_guard_text import ranks_text
 from tests.stall_scenarios import (HANG_MARK, JUDGE_MARK, NaiveSyncBatchNorm1d,
                                    train_into_a_hang, train_through_a_wait,
                                    train_with_a_slow_rank)

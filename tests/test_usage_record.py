@@ -5,6 +5,7 @@ import torch.nn as nn
 
 from tests.toys import ToyDetector, make_toy_batch
 from mmdet3d_ddp_guard.guard.param_table import ParamTable
+from mmdet3d_ddp_guard.messages.parameter_text import grouped_lines
 from mmdet3d_ddp_guard.guard.iteration_usage import UsageStatistics
 from mmdet3d_ddp_guard.guard.usage_record import ParamUsageRecord
 
@@ -58,7 +59,7 @@ def test_single_process_record_matches_the_model_truth():
 def test_grouped_names_stay_compact():
     model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(30)])
     table = ParamTable(model)
-    lines = table.grouped(range(len(table)), limit=5)
+    lines = grouped_lines(table, range(len(table)), limit=5)
     assert len(lines) == 6
     assert lines[0] == '0 (Linear): weight, bias [6 elements]'
     assert lines[-1] == '... and 25 more modules (50 parameters)'

@@ -16,6 +16,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..environment.ddp_compat import untraced
+from ..messages.decision_text import decision_message
+from ..messages.guard_errors import comm_hook_refused
 from .decision_policy import DecisionPolicy, Mode
 from .errors import UnusedParametersError, static_graph_changed_error, unused_parameters_error
 from .iteration_usage import ResolvedIteration
@@ -83,10 +85,7 @@ class UnusedCompletion:
         """Raises when the all-reduce already runs through the counts' comm hook (DDP takes
         one comm hook): ``fix`` says how to get DDP's graph search, which needs none."""
         if self._counts is not None:
-            raise RuntimeError(
-                f'{wrapper}: in mode {self.policy.decision.mode!r} the gradient all-reduce '
-                "already runs through the guard's comm hook, which carries the unused-"
-                f'parameter counts. To use your own comm hook, {fix}.')
+            raise RuntimeError(comm_hook_refused(wrapper, self.policy.decision.mode, fix))
 
     def settle(self, reduces: bool, iteration: int) -> List[torch.Tensor]:
         """After the backward of ``iteration``: ``reduces`` is False inside ``no_sync``
@@ -197,7 +196,7 @@ class UnusedCompletion:
                 continue
             revised = policy.observe(usage, record.statistics, record.table)
             if revised is not None:
-                self._log(revised.format())
+                self._log(decision_message(revised))
         if self._kept_for_report is not None:
             self._kept_for_report.extend(resolved)
 

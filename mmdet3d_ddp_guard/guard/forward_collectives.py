@@ -13,6 +13,8 @@ from typing import List, Optional, Tuple
 
 import torch.nn as nn
 
+from ..messages.build_warnings import forward_collectives_message
+
 #: (module of the class, class name) of layers with a collective in their training forward,
 #: besides ``torch.nn.SyncBatchNorm`` and its subclasses (mmcv's ``'SyncBN'`` is torch's).
 #: The ``norm_cfg`` types that build them are the simulation's ``SYNC_NORM_CFG_TYPES``.
@@ -50,14 +52,6 @@ def forward_collectives_warning(model: nn.Module, wrapper: str,
     found = forward_collective_modules(model)
     if not found:
         return None
-    names = ', '.join(f'{name} ({type(module).__name__})' for name, module in found[:limit])
-    more = f' and {len(found) - limit} more' if len(found) > limit else ''
-    message = (
-        f'{wrapper}: the model holds {len(found)} layer(s) that run a collective in their '
-        f'forward: {names}{more}. If a branch holding one is skipped on some ranks and not '
-        'on others in the same iteration, every rank waits in that collective before any '
-        'backward (plain DDP hangs); no DDP option can make that train, and the guard\'s '
-        "stall watchdog ends the run with the layer's name. Use BN or GN in branches that can "
-        'be skipped, or run them on every rank; '
-        '`python -m mmdet3d_ddp_guard check CONFIG --world-size N` predicts it.')
-    return message
+    return forward_collectives_message(
+        wrapper, [f'{name} ({type(module).__name__})' for name, module in found[:limit]],
+        len(found))

@@ -18,6 +18,7 @@ import torch.nn as nn
 from ..environment.cpu_ddp import leave_gloo_cleanly_at_exit
 from ..environment.ddp_compat import set_static_graph, static_graph_arguments
 from ..messages.config_lines import ConfigLines
+from ..messages.decision_text import decision_message
 from ..stall_guard import Phase, RankPosition, watch_ranks
 from .completion import UnusedCompletion
 from .decision_policy import Decision, DecisionPolicy, Mode
@@ -110,7 +111,7 @@ class GuardedWrapper:
                          **static_graph_arguments(static_graph), **ddp_arguments)
         set_static_graph(self, static_graph)
         self._guard(module, usage_record, policy, stall_timeout)
-        self.log(policy.decision.format(),
+        self.log(decision_message(policy.decision),
                  level=logging.WARNING if policy.decision.warning else logging.INFO)
         sparse_notice = sparse_gradients_notice(usage_record.table, policy.decision.mode,
                                                 self.lines)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
+from ..messages.guard_errors import checkpoint_counts_other_parameters
+
 
 @dataclass(frozen=True)
 class IterationUsage:
@@ -118,9 +120,7 @@ class UsageStatistics:
     def load_state_dict(self, state: Dict) -> None:
         if state['num_params'] != self.num_params:
             raise ValueError(
-                f'UsageStatistics: the checkpoint counts {state["num_params"]} trainable '
-                f'parameters but this model has {self.num_params}; resume with the same '
-                'model, or drop the hook state from the checkpoint (meta["unused_params"]).')
+                checkpoint_counts_other_parameters(state['num_params'], self.num_params))
         self.iterations_seen = state['iterations_seen']
         self.unused_iterations = list(state['unused_iterations'])
         self.ranks_unused = [set(r) for r in state['ranks_unused']]

@@ -1,14 +1,15 @@
 """Names, shapes and owning modules of a model's trainable parameters.
 
 Every report this package writes (the wrapper's decision block, the strict-mode error, the
-hook's log lines and summary files) speaks of parameters through one :class:`ParamTable`, so
-an index in a JSON line, a name in the log and a row in the summary always mean the same
-parameter.
+hook's log lines and summary files) speaks of parameters through one :class:`ParamTable`
+(in the words of :mod:`~mmdet3d_ddp_guard.messages.parameter_text`), so an index in a JSON
+line, a name in the log and a row in the summary always mean the same parameter.
 """
-from collections import OrderedDict
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, List, Tuple
 
 import torch.nn as nn
+
+from ..messages.parameter_text import owner_of
 
 
 class ParamTable:
@@ -60,45 +61,3 @@ class ParamTable:
             shape=list(self.shapes[index]),
             numel=self.numel(index),
             module_type=self.module_types[index])
-
-    def grouped(self, indices: Iterable[int], limit: int = 12) -> List[str]:
-        """Compact lines for a set of parameters, one per owning module.
-
-        ``head.aux (Linear): weight, bias`` instead of one line per tensor; past ``limit``
-        modules the rest is summarised in a final ``... and N more modules`` line, so a log
-        never gets thousands of lines.
-        """
-        by_module: 'OrderedDict[str, List[int]]' = OrderedDict()
-        for index in sorted(indices):
-            by_module.setdefault(owner_of(self.names[index]), []).append(index)
-        lines = []
-        for module_name, members in list(by_module.items())[:limit]:
-            leaves = ', '.join(self.names[i][len(module_name) + 1 if module_name else 0:]
-                               for i in members)
-            numel = sum(self.numel(i) for i in members)
-            lines.append(f'{module_name or "<root>"} ({self.module_types[members[0]]}): '
-                         f'{leaves} [{numel} elements]')
-        if len(by_module) > limit:
-            rest = list(by_module.values())[limit:]
-            lines.append(f'... and {len(rest)} more modules '
-                         f'({sum(len(m) for m in rest)} parameters)')
-        return lines
-
-    def table_rows(self, indices: Sequence[int]) -> List[Tuple[str, str, str]]:
-        """(dotted name, shape, owning module type) rows, for error messages."""
-        return [(self.names[i], str(tuple(self.shapes[i])), self.module_types[i])
-                for i in sorted(indices)]
-
-
-def owner_of(param_name: str) -> str:
-    """``'bbox_head.aux.weight'`` -> ``'bbox_head.aux'``; a root parameter -> ``''``."""
-    return param_name.rpartition('.')[0]
-
-
-def format_rows(rows: Sequence[Tuple[str, ...]], header: Tuple[str, ...]) -> str:
-    """A plain aligned text table (no third-party table package needed by the core)."""
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
-    lines = ['  '.join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip()
-             for row in (header, *rows)]
-    lines.insert(1, '  '.join('-' * w for w in widths))
-    return '\n'.join(lines)

@@ -15,8 +15,8 @@ is said at build, once, as a warning.
 """
 from typing import Optional
 
+from ..messages.build_warnings import sparse_gradients_message
 from ..messages.config_lines import ConfigLines
-from ..messages.framework_names import MMENGINE
 from .decision_policy import Mode
 from .param_table import ParamTable
 
@@ -27,14 +27,4 @@ def sparse_gradients_notice(table: ParamTable, mode: Mode,
     (modes 'complete' and 'strict'); None otherwise."""
     if not table.sparse or mode not in (Mode.COMPLETE, Mode.STRICT):
         return None
-    names = ', '.join(table.names[i] for i in sorted(table.sparse))
-    own = ("MMEngine's MMDistributedDataParallel" if lines.framework == MMENGINE
-           else "mmcv's MMDistributedDataParallel")
-    return (f'{lines.wrapper}: {names} receive(s) sparse gradients. The guard averages them '
-            f'into new tensors; {own} and DDP with find_unused_parameters=True divide them '
-            'in place, which changes the gradient autograd still hands to other layers where '
-            "an embedding's output is added to another layer's and the embedding was "
-            'computed after it (pytorch/pytorch#34904): those layers then train on '
-            '1/world_size of their averaged gradient there. So training under the guard may '
-            f'differ from {own}: the guard\'s gradients are the true averages '
-            '(docs/limits.md, "Sparse gradients").')
+    return sparse_gradients_message([table.names[i] for i in sorted(table.sparse)], lines)

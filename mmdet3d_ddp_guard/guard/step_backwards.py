@@ -51,6 +51,8 @@ from typing import Callable, Optional, Set
 import torch
 import torch.autograd.function
 
+from ..messages.guard_errors import backward_callbacks_missing
+
 # Frames of this code are on the stack inside every autograd Function's Python backward, and
 # only there: reentrant checkpointing's nested backward runs under one (torch 1.9 to 2.14).
 _FUNCTION_BACKWARD = getattr(getattr(getattr(torch.autograd.function, 'BackwardCFunction', None),
@@ -70,11 +72,7 @@ def check_backward_callbacks() -> None:
         ('torch.autograd.Variable._execution_engine.queue_callback', _engine_queue_callback()),
         ('torch.autograd.function.BackwardCFunction.apply', _FUNCTION_BACKWARD)) if found is None]
     if missing:
-        raise RuntimeError(
-            f'mmdet3d_ddp_guard: torch {torch.__version__} has no {" and no ".join(missing)}, '
-            'which the mmcv 1.x adapter needs to find the end of the backward that the '
-            'optimizer hook runs. Supported: torch 1.9 to 2.14; please report this torch '
-            'version at the project\'s issue tracker.')
+        raise RuntimeError(backward_callbacks_missing(torch.__version__, missing))
 
 
 def after_backward(callback: Callable[[], None]) -> None:

@@ -54,6 +54,7 @@ import torch
 import torch.distributed as dist
 
 from ..environment.ddp_compat import bucket_buffer, bucket_index, hook_result, is_last_bucket
+from ..messages.guard_errors import counts_not_reduced
 
 # c10d's own function: the stall guard records the buckets it issues as DDP's, not again as
 # Python-level collectives (it replaces only the ``torch.distributed`` namespace's).
@@ -106,9 +107,7 @@ class UnusedCountsState:
     def take_counts(self) -> torch.Tensor:
         """The counts of the backward that just ended (on the device; nothing waits)."""
         if self.counts is None:
-            raise RuntimeError(f'{self.wrapper}: the last gradient bucket was not reduced in '
-                               'this backward; another comm hook may have replaced the '
-                               "guard's.")
+            raise RuntimeError(counts_not_reduced(self.wrapper))
         counts, self.counts = self.counts, None
         return counts
 

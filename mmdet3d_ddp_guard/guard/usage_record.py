@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from ..messages.guard_errors import counts_for_other_iterations, resolved_for_other_iterations
 from .accumulate_grad_hooks import register_grad_accumulated_hook
 from .iteration_usage import IterationUsage, ResolvedIteration, UsageStatistics
 from .param_table import ParamTable
@@ -191,10 +192,8 @@ class ParamUsageRecord:
         num_params, world = len(self.table), self.world_size
         steps = len(self._open)
         if counts.numel() != steps * num_params + 1:
-            raise RuntimeError(
-                f'ParamUsageRecord: counts for {(counts.numel() - 1) // max(num_params, 1)} '
-                f'iterations arrived but {steps} are open; every rank must end the same '
-                'iterations locally before the bucket that carries them is reduced.')
+            raise RuntimeError(counts_for_other_iterations(
+                (counts.numel() - 1) // max(num_params, 1), steps))
         unused = counts[:-1].view(steps, num_params) > 0.5
         if (unused & (counts[:-1].view(steps, num_params) < world - 0.5)).any():
             return self._resolved(*self._gather_open())
@@ -241,8 +240,8 @@ class ParamUsageRecord:
                   ranks_left_unreached: List[int]) -> List[ResolvedIteration]:
         """The open iterations, resolved with their per-rank detail and counted."""
         if len(per_rank_of_open) != len(self._open):
-            raise RuntimeError(f'ParamUsageRecord: {len(per_rank_of_open)} resolved iterations '
-                               f'for {len(self._open)} open ones.')
+            raise RuntimeError(resolved_for_other_iterations(len(per_rank_of_open),
+                                                             len(self._open)))
         opened, self._open = self._open, []
         resolved = []
         for (iteration, local, _), per_rank, unreached in zip(opened, per_rank_of_open,

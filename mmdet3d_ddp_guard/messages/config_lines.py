@@ -27,6 +27,9 @@ class ConfigLines:
         option_template (str): The line that sets one of the guard's own options
             (``stall_timeout``); ``{option}`` and ``{value}``.
         static_graph_fix (str): How to stop asking for DDP's static graph.
+        let_the_guard_choose (str): How to let the guard choose where the training
+            script (not the config's top level) asked for DDP's graph search.
+        own_wrapper (str): The framework's own DDP wrapper, the one the guard replaces.
     """
     framework: str
     wrapper: str
@@ -35,6 +38,8 @@ class ConfigLines:
     mode_over_false: str
     option_template: str
     static_graph_fix: str
+    let_the_guard_choose: str
+    own_wrapper: str
 
     def mode(self, value) -> str:
         """The line that asks for ``find_unused_parameters=value``."""
@@ -54,7 +59,9 @@ MMENGINE_LINES = ConfigLines(
     mode_over_false='and delete any top-level `find_unused_parameters = False`',
     option_template="model_wrapper_cfg = dict(type='GuardedDDP', {option}={value})",
     static_graph_fix=("remove static_graph=True from model_wrapper_cfg and let GuardedDDP "
-                      "choose: model_wrapper_cfg = dict(type='GuardedDDP')"))
+                      "choose: model_wrapper_cfg = dict(type='GuardedDDP')"),
+    let_the_guard_choose="Remove it (or write 'auto') to let GuardedDDP choose.",
+    own_wrapper="MMEngine's MMDistributedDataParallel")
 
 # The training scripts pass cfg.get('find_unused_parameters', False) to mmcv's DDP, and the
 # guard reads the same key: a line at the end of the config also overrides an inherited one.
@@ -69,6 +76,10 @@ MMCV1_LINES = ConfigLines(
     option_template='ddp_guard = dict({option}={value})',
     static_graph_fix=('remove static_graph=True (or _set_static_graph()) from the training '
                       "script's MMDistributedDataParallel(...) and let the guard choose (the "
-                      'custom_imports line is all it needs)'))
+                      'custom_imports line is all it needs)'),
+    # The script passed True itself: what the config writes wins over it.
+    let_the_guard_choose=("To let the guard choose, add this line to your config: "
+                          "find_unused_parameters='auto'."),
+    own_wrapper="mmcv's MMDistributedDataParallel")
 
 LINES = {MMENGINE: MMENGINE_LINES, MMCV1: MMCV1_LINES}

@@ -6,6 +6,8 @@ stay apart from the mechanism.
 """
 from typing import List
 
+from .parameter_text import grouped_lines
+
 
 def evidence_lines(usage, statistics, table, limit: int = 12) -> List[str]:
     """The evidence of a revised decision, a line each: how often parameters went unused
@@ -20,7 +22,7 @@ def evidence_lines(usage, statistics, table, limit: int = 12) -> List[str]:
              f'differed in {statistics.iterations_ranks_differ} iterations.']
     for rank, ids in enumerate(usage.per_rank_unused):
         lines.append(f'rank {rank}, iteration {usage.iteration}: {len(ids)} unused')
-        lines += [f'  {line}' for line in table.grouped(ids, limit)]
+        lines += [f'  {line}' for line in grouped_lines(table, ids, limit)]
     ever = statistics.ever_unused
     if ever:
         lines.append('unused so far (iterations unused / seen, ranks):')

@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Sequence
 
 from ..guard.param_table import ParamTable
 from ..messages.ddp_outcome import FAILS, HANGS, OK, PLAIN_DDP
+from ..messages.parameter_text import grouped_lines
 from .forward_collective_counts import config_key_of
 from .simulated_ranks import SimulatedIteration
 
@@ -114,7 +115,7 @@ def prediction_text(prediction: Dict, table: ParamTable, max_rows: int = 20,
                     ids = [table.names.index(name) for name in names]
                     lines.append(f'  rank {rank}, iteration {first}: {len(names)} parameters '
                                  'unused')
-                    lines += [f'    {row}' for row in table.grouped(ids, limit)]
+                    lines += [f'    {row}' for row in grouped_lines(table, ids, limit)]
     for entry in _first_per_module(prediction['forward_collectives_skipped']):
         where = (f'; change {entry["config_key"]} (e.g. dict(type=\'BN\') or '
                  'dict(type=\'GN\', num_groups=...))' if entry['config_key'] else '')

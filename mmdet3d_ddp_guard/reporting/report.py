@@ -16,6 +16,7 @@ from ..guard.errors import unused_parameters_error
 from ..guard.iteration_usage import IterationUsage, ResolvedIteration
 from ..guard.usage_record import ParamUsageRecord
 from ..messages.config_lines import MMENGINE_LINES, ConfigLines
+from ..messages.parameter_text import grouped_lines
 from .history_file import HistoryFile, history_path, read_history, table_path, write_table
 from .summary import summary_dict, summary_text, write_summary
 
@@ -190,13 +191,13 @@ class UsageReport:
         if everywhere:
             if len(usage.per_rank_unused) > 1:
                 lines.append('  on every rank:')
-            lines += [f'    {line}' for line in table.grouped(everywhere, limit)]
+            lines += [f'    {line}' for line in grouped_lines(table, everywhere, limit)]
         by_ranks: Dict[tuple, List[int]] = {}
         for index in sorted(usage.unused_on_any_rank - everywhere):
             by_ranks.setdefault(tuple(usage.ranks_of(index)), []).append(index)
         for ranks, ids in by_ranks.items():
             lines.append(f'  only on rank(s) {",".join(map(str, ranks))}:')
-            lines += [f'    {line}' for line in table.grouped(ids, limit)]
+            lines += [f'    {line}' for line in grouped_lines(table, ids, limit)]
         return '\n'.join(lines)
 
     @staticmethod

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional
 
 from .recommended_setting import recommended_setting
 from ..guard.iteration_usage import UsageStatistics
-from ..guard.param_table import format_rows, owner_of
+from ..messages.parameter_text import format_rows, owner_of
 from ..messages.config_lines import MMENGINE_LINES
 from ..messages.ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_line
 

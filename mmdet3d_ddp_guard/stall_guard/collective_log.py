@@ -210,24 +210,6 @@ def _published(entry: tuple) -> list:
     return list(entry[:5]) + [list(issuer), entry[6]]
 
 
-def describe(entry: list) -> str:
-    """An entry in words: ``all_gather in refiner.1 (PluginSyncBN2d).forward,
-    projects/x/norm.py:14, its 1st collective of iteration 3``."""
-    op, iteration, nth, issuer = entry[1], entry[3], entry[4], entry[5]
-    if issuer[0] == 'ddp':
-        return f"DDP's gradient bucket {issuer[1]} of iteration {iteration}"
-    module, cls, function, path, line = issuer
-    where = (f'{op} in {module} ({cls}).{function}, {path}:{line}' if module is not None
-             else f'{op} called from {path}:{line} in {function}')
-    return f'{where}, its {ordinal(nth)} collective of iteration {iteration}'
-
-
-def ordinal(number: int) -> str:
-    suffix = 'th' if 10 <= number % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(
-        number % 10, 'th')
-    return f'{number}{suffix}'
-
-
 @functools.lru_cache(maxsize=1024)
 def short_path(path: str) -> str:
     """The same on every node: from the package folder on for installed code, else the

@@ -9,7 +9,7 @@ from typing import Callable, Optional
 import torch.distributed as dist
 
 from ..messages.config_lines import ConfigLines
-from ..messages.stall_guard_moved import stall_guard_moved
+from ..messages.stall_guard_text import stall_guard_moved, stall_timeout_error
 from .collective_log import global_ranks
 from .rank_position import RankPosition
 from .recording_functions import activate, deactivate
@@ -87,9 +87,7 @@ def check_stall_timeout(timeout, lines: ConfigLines) -> None:
     if timeout is None:
         return
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f'{lines.wrapper}: stall_timeout must be a positive number of '
-                         f'seconds, or None to turn the stall guard off, not {timeout!r}; '
-                         f'e.g. {lines.option("stall_timeout", 600)}')
+        raise ValueError(stall_timeout_error(timeout, lines))
 
 
 _WATCHDOGS_BUILT = itertools.count()

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Callable, List, Sequence
 
+from ..messages.stall_guard_text import exit_callback_failed
 from .phases import Phase
 from .store_protocol import Verdict
 
@@ -42,8 +43,7 @@ def end_run(watchdog, verdict: Verdict, log: Callable[[str, bool], None],
         try:
             callback()
         except Exception as error:  # noqa: B902 - the exit must happen
-            log(f'mmdet3d_ddp_guard stall guard: an exit callback failed: '
-                f'{type(error).__name__}: {error}', True)
+            log(exit_callback_failed(error), True)
     _write_torchelastic_error_file(verdict.text)
     try:
         # No rank leaves before every rank has read the verdict: a rank that leaves

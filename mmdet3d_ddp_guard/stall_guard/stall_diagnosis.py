@@ -1,4 +1,4 @@
-"""Whether the positions of stalled ranks can still meet, and the words for it.
+"""Whether the positions of stalled ranks can still meet: the stall guard's judgement.
 
 A pure function of the ranks' snapshots (:meth:`RankPosition.snapshot`), so that every rank
 that reads the same snapshots writes the same diagnosis. The run ends only on evidence that
@@ -23,25 +23,17 @@ left to the process group's own timeout.
 
 Everything else is waiting that can end (a rank busy outside collectives: a checkpoint, a
 slow data loader, a long validation; every rank in the same collective): the diagnosis says
-who waits for whom and the run goes on.
+who waits for whom and the run goes on. What it found is handed to
+:mod:`~mmdet3d_ddp_guard.messages.stall_guard_text` as plain values, for the words.
 """
-import textwrap
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Tuple
 
-from .collective_log import KEPT_PER_GROUP, OTHER_THREAD, WORLD, describe, ordinal
+from ..messages.stall_guard_text import (collective_differs_text, collective_text,
+                                         deadlock_text, diagnosis_text, digests_differ_text,
+                                         place_text)
+from .collective_log import KEPT_PER_GROUP, OTHER_THREAD, WORLD
 from .phases import GRADIENT_PHASES, Phase
-
-NOT_ANSWERING = ('does not answer (still moving, gone, or stuck where its watchdog cannot '
-                 'run)')
-
-FIX = ('Fix: run `python -m mmdet3d_ddp_guard check CONFIG --world-size N` to see which '
-       'batches take the branch; keep the collective on every rank (run the branch on '
-       'every rank, with an empty or zero-weighted input where it has nothing to do), or use '
-       "a plain BatchNorm or GroupNorm there (norm_cfg=dict(type='BN')).")
-CANNOT_MEET = ('a collective that runs on some ranks only (in a branch that depends on '
-               'the batch, or a loss term reduced only when a class has boxes) pairs with '
-               'another collective or with none.')
 
 
 @dataclass
@@ -49,36 +41,6 @@ class Diagnosis:
     """``stop``: the positions cannot meet; ``text``: the same on every rank."""
     stop: bool
     text: str
-
-
-def ranks_text(ranks: Sequence[int]) -> str:
-    """``rank 1``, ``ranks 0 and 2``, ``ranks 0, 2 and 3``, ``ranks 0-511 and 513-1023``
-    (runs of four and more as a range: the words stay short at 1024 ranks)."""
-    ranks = sorted(ranks)
-    if len(ranks) == 1:
-        return f'rank {ranks[0]}'
-    runs: List[List[int]] = []
-    for rank in ranks:
-        if runs and rank == runs[-1][-1] + 1:
-            runs[-1].append(rank)
-        else:
-            runs.append([rank])
-    parts: List[str] = []
-    for run in runs:
-        parts += [f'{run[0]}-{run[-1]}'] if len(run) >= 4 else [str(rank) for rank in run]
-    if len(parts) == 1:
-        return f'ranks {parts[0]}'
-    return f"ranks {', '.join(parts[:-1])} and {parts[-1]}"
-
-
-def _waits(ranks: Sequence[int]) -> str:
-    return f'{ranks_text(ranks)} {"waits" if len(ranks) == 1 else "wait"}'
-
-
-def _where(position: dict) -> str:
-    if position['phase'] == Phase.DATA:
-        return f"data for iteration {position['iteration'] + 1}"
-    return f"iteration {position['iteration']}, {position['phase']}"
 
 
 def _issued(position: dict, group: str = WORLD) -> int:
@@ -89,28 +51,17 @@ def _waits_in_communication(position: dict) -> bool:
     return position['call'] is not None or position['phase'] in GRADIENT_PHASES
 
 
-def _host(position: dict) -> str:
-    """Where the training thread is, in words."""
-    if position['error'] is not None:
-        return f"raised {position['error']} ({_where(position)})"
-    call = position['call']
-    if call is not None:
-        return f"in {call['op']} called from {call['where']} ({_where(position)})"
-    if position['phase'] in GRADIENT_PHASES:
-        return f"in DDP's gradient all-reduce ({_where(position)})"
-    return f'busy outside collectives ({_where(position)})'
-
-
-def _place(position: Optional[dict]) -> str:
+def _place(position: Optional[dict]) -> Optional[dict]:
+    """Where a rank is, as :func:`~mmdet3d_ddp_guard.messages.stall_guard_text.place_text`
+    reads it."""
     if position is None:
-        return NOT_ANSWERING
-    text = _host(position)
-    if position['error'] is None:
-        entries = position['groups'].get(WORLD, {}).get('entries')
-        if entries:
-            text += f'; its last collective: {describe(entries[-1])}'
-        text += f' [collectives issued: {_issued(position)}]'
-    return text
+        return None
+    entries = position['groups'].get(WORLD, {}).get('entries')
+    return dict(error=position['error'], call=position['call'],
+                in_gradient_all_reduce=position['phase'] in GRADIENT_PHASES,
+                fetching_data=position['phase'] == Phase.DATA,
+                iteration=position['iteration'], phase=position['phase'],
+                last=entries[-1] if entries else None, issued=_issued(position))
 
 
 def first_mismatch(positions: Dict[int, dict]) -> Optional[str]:
@@ -126,17 +77,14 @@ def first_mismatch(positions: Dict[int, dict]) -> Optional[str]:
         issued = {rank: _issued(p, group) for rank, p in members.items()}
         known_from = max((min(entries) if entries else issued[rank])
                          for rank, entries in published.items())
-        group_words = '' if group == WORLD else f' on the group of {group}'
+        named_group = None if group == WORLD else group
         if _differ_before(known_from, published):
-            return (f'their collectives{group_words} differ before their '
-                    f'{ordinal(known_from + 1)} (the digests of their sequences differ; the '
-                    f'entries each rank keeps, {KEPT_PER_GROUP} per group, begin past the '
-                    'first difference).')
+            return digests_differ_text(named_group, known_from, KEPT_PER_GROUP)
         training_thread = OTHER_THREAD not in group
         for index in range(known_from, max(issued.values(), default=0)):
-            words = _compare(index, published, issued, members, training_thread)
-            if words is not None:
-                return f'their {ordinal(index + 1)} collective{group_words} differs: {words}'
+            differs = _compare(index, published, issued, members, training_thread)
+            if differs is not None:
+                return collective_differs_text(named_group, index, *differs)
     return None
 
 
@@ -151,7 +99,11 @@ def _differ_before(index: int, published: Dict[int, dict]) -> bool:
 
 
 def _compare(index: int, published: Dict[int, dict], issued: Dict[int, int],
-             ranks: Dict[int, dict], training_thread: bool) -> Optional[str]:
+             ranks: Dict[int, dict], training_thread: bool
+             ) -> Optional[Tuple[List[Tuple[List[int], list, bool]], List[Tuple[int, int]]]]:
+    """None when the ranks' ``index``-th collectives pair; else (ranks, entry, whether its
+    element count tells it apart) per distinct collective, and (rank, iteration) per rank
+    that went on without it."""
     entries = {rank: published[rank].get(index) for rank in ranks if issued[rank] > index}
     if any(entry is None for entry in entries.values()):
         return None  # older than a rank's kept entries: not comparable
@@ -166,35 +118,25 @@ def _compare(index: int, published: Dict[int, dict], issued: Dict[int, int],
         if entries and training_thread else []
     if len(ops) < 2 and len(numels) < 2 and not gone_past:
         return None
-    parts = []
-    by_words: Dict[str, List[int]] = {}
+    # Ranks whose collectives read the same share a line.
+    by_collective: Dict[tuple, Tuple[List[int], list, bool]] = {}
     for rank, entry in sorted(entries.items()):
-        words = describe(entry)
-        if entry[2] is not None and len(numels) > 1:
-            words += f' ({entry[2]} elements)'
-        by_words.setdefault(words, []).append(rank)
-    for words, members in by_words.items():
-        parts.append(f'{ranks_text(members)}: {words}')
-    for rank in gone_past:
-        parts.append(f'{ranks_text([rank])}: none (it went on to iteration '
-                     f"{ranks[rank]['iteration']} without it)")
-    return '; '.join(parts) + '.'
+        with_numel = entry[2] is not None and len(numels) > 1
+        key = (collective_text(entry), entry[2] if with_numel else None)
+        by_collective.setdefault(key, ([], entry, with_numel))[0].append(rank)
+    return (list(by_collective.values()),
+            [(rank, ranks[rank]['iteration']) for rank in gone_past])
 
 
-def _deadlock(positions: Dict[int, dict]) -> Optional[str]:
-    """On a backend that blocks: every rank waits in communication, at different counts."""
+def _different_counts(positions: Dict[int, dict]) -> Optional[List[Tuple[int, List[int]]]]:
+    """On a backend that blocks: when every rank waits in communication at different counts
+    of collectives issued, (count, ranks) per count; else None."""
     if not all(_waits_in_communication(p) for p in positions.values()):
         return None
     counts: Dict[int, List[int]] = {}
     for rank, position in sorted(positions.items()):
         counts.setdefault(_issued(position), []).append(rank)
-    if len(counts) < 2:
-        return None
-    parts = [f'{ranks_text(members)} after {count}' for count, members in sorted(counts.items())]
-    return (f"every rank waits in communication, and they have issued different numbers of "
-            f"collectives ({'; '.join(parts)}): none of them can move. A collective the "
-            'guard does not record (DDP\'s buckets under find_unused_parameters=True or '
-            'static_graph, a C++ collective) may be the one that differs.')
+    return sorted(counts.items()) if len(counts) > 1 else None
 
 
 def diagnose(positions: Dict[int, Optional[dict]], stalled_for: float,
@@ -214,50 +156,28 @@ def diagnose(positions: Dict[int, Optional[dict]], stalled_for: float,
                      if p['error'] is None and _waits_in_communication(p))
     busy = sorted(rank for rank, p in answered.items()
                   if p['error'] is None and rank not in waiting)
-    header = f'mmdet3d_ddp_guard stall guard: no rank has moved for {stalled_for:g} s.'
     # Ranks at the same place share a line: one line per place, not per rank.
-    places: Dict[str, List[int]] = {}
+    places: Dict[str, Tuple[List[int], Optional[dict]]] = {}
     for rank in sorted(positions):
-        places.setdefault(_place(positions[rank]), []).append(rank)
-    lines = ['Where each rank is:'] + [f'  {ranks_text(members)}: {place}'
-                                       for place, members in places.items()]
-    causes = []
-    if raised and len(raised) < len(positions):
-        causes.append(f'{ranks_text(raised)} raised while the other ranks wait for '
-                      f'{"it" if len(raised) == 1 else "them"}.')
+        place = _place(positions[rank])
+        places.setdefault(place_text(place), ([], place))[0].append(rank)
+    others_wait = bool(raised) and len(raised) < len(positions)
     mismatch = first_mismatch(answered)
-    if mismatch:
-        causes.append(f'The ranks cannot meet: {mismatch} So {CANNOT_MEET}')
-    elif blocking and not silent and not raised:
-        deadlock = _deadlock(answered)
-        if deadlock:
-            causes.append(f'The ranks cannot meet: {deadlock}')
-    if causes:
-        lines += causes + [FIX if not raised or len(causes) > 1 else
-                           'Fix: the error of the rank that raised, in its log.',
-                           'Every rank ends the run now.']
-        return Diagnosis(True, _indented(header, lines))
-    if not blocking and not silent:
-        lines.append("The ranks' collectives agree so far. This backend's collectives do not "
-                     'block the host, so where each host waits says nothing of a hang: a '
-                     "possible hang, left to the process group's own timeout; the run goes "
-                     'on.')
+    counts = None
+    if mismatch is None and blocking and not silent and not raised:
+        counts = _different_counts(answered)
+    deadlock = deadlock_text(counts) if counts is not None else None
+    stop = others_wait or mismatch is not None or deadlock is not None
+    if stop:
+        goes_on = None
+    elif not blocking and not silent:
+        goes_on = 'nonblocking'
     elif waiting and busy:
-        lines.append(f'{_waits(waiting)} for {ranks_text(busy)}, busy outside '
-                     'collectives: a slow phase, not a hang; the run goes on.')
+        goes_on = 'slow_rank'
     elif silent:
-        lines.append(f'{ranks_text(silent)} {"has" if len(silent) == 1 else "have"} not '
-                     'answered; the run goes on, and the guard looks again.')
-    elif waiting:
-        lines.append('Every rank waits in the same collective: slow, not a hang; the run '
-                     'goes on.')
+        goes_on = 'silent'
     else:
-        lines.append('No rank waits in a collective: a slow phase, not a hang; the run goes '
-                     'on.')
-    return Diagnosis(False, _indented(header, lines))
-
-
-def _indented(header: str, lines: List[str]) -> str:
-    # Like every multi-line message of this package: log filters that keep a record's
-    # indented lines keep all of it.
-    return header + '\n' + textwrap.indent('\n'.join(lines), '  ')
+        goes_on = 'same_collective' if waiting else 'no_wait'
+    return Diagnosis(stop, diagnosis_text(stalled_for, list(places.values()), raised,
+                                          others_wait, mismatch, deadlock, goes_on, waiting,
+                                          busy, silent))

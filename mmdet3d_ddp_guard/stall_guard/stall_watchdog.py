@@ -32,6 +32,7 @@ import time
 import weakref
 from typing import Callable, Dict, List, Optional, Set
 
+from ..messages.stall_guard_text import own_fault, store_fault
 from .phases import Phase
 from .rank_position import RankPosition
 from .recording_functions import deactivate
@@ -153,10 +154,7 @@ class StallWatchdog:
         except Exception as error:  # noqa: B902 - a broken store must not kill training
             self._faults_in_a_row += 1
             self._fault_pause = min(2 ** (self._faults_in_a_row - 1), MAX_FAULT_TICKS) - 1
-            self._log_once(f'mmdet3d_ddp_guard stall guard: cannot compare positions through '
-                           f'the store ({type(error).__name__}: {error}); it tries again '
-                           f'after 1, 2, 4 ... ticks (at most {MAX_FAULT_TICKS}).', True,
-                           key='store fault')
+            self._log_once(store_fault(error, MAX_FAULT_TICKS), True, key='store fault')
 
     def _stalled_tick(self) -> None:
         self._verdict = self.store.verdict()
@@ -294,6 +292,5 @@ def _watch(watchdog_ref, tick: float) -> None:
         try:
             watchdog.look()
         except Exception as error:  # noqa: B902 - the guard must outlive its own faults
-            watchdog._log(f'mmdet3d_ddp_guard stall guard: {type(error).__name__}: {error}; '
-                          'it goes on watching.', True)
+            watchdog._log(own_fault(error), True)
         del watchdog
