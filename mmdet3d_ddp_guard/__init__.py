@@ -19,6 +19,8 @@ The supported torch and Python are checked first (:mod:`.environment.versions`):
 not an install requirement, so that installing this package never replaces a user's CUDA
 build.
 """
+import importlib
+
 import torch
 
 from .environment.versions import check_torch
@@ -26,12 +28,12 @@ from .environment.versions import check_torch
 # Before the modules below, so that an unsupported torch gets this message, not theirs.
 check_torch(torch.__version__)
 
+from .environment.framework_table import rows_of  # noqa: E402
 from .environment.frameworks import installed_frameworks  # noqa: E402
 from .guard.decision_policy import Decision  # noqa: E402
 from .guard.errors import StaticGraphChangedError, UnusedParametersError  # noqa: E402
 from .guard.iteration_usage import IterationUsage  # noqa: E402
 from .guard.usage_record import ParamUsageRecord  # noqa: E402
-from .messages.framework_names import MMCV1, MMENGINE  # noqa: E402
 from .version import __version__  # noqa: E402
 
 __all__ = [
@@ -40,10 +42,11 @@ __all__ = [
 ]
 
 FRAMEWORKS = installed_frameworks()
-if MMENGINE in FRAMEWORKS:
-    from .openmmlab2 import (CPUCompatibleMMDDP, GuardedDDP, StallPhaseHook,  # noqa: E402
-                             UnusedParamsHook)
-    __all__ += ['GuardedDDP', 'UnusedParamsHook', 'StallPhaseHook', 'CPUCompatibleMMDDP']
-if MMCV1 in FRAMEWORKS:
-    from .openmmlab1 import GuardedMMDistributedDataParallel  # noqa: E402
-    __all__ += ['GuardedMMDistributedDataParallel']
+# Each installed framework's adapter, imported (its import changes applied), and what the
+# table says it exports (GuardedDDP and the hooks for MMEngine, the guarded
+# MMDistributedDataParallel for mmcv 1.x) re-exported here.
+for _framework in rows_of(FRAMEWORKS):
+    _adapter = importlib.import_module(f'.{_framework.adapter}', __name__)
+    globals().update({name: getattr(_adapter, name) for name in _framework.exports})
+    __all__ += list(_framework.exports)
+del _framework, _adapter

@@ -8,7 +8,7 @@ import pytest
 import torch.nn as nn
 
 from mmdet3d_ddp_guard.guard.decision_policy import COMPLETE, Mode, initial_decision
-from mmdet3d_ddp_guard.messages.config_lines import MMENGINE_LINES
+from mmdet3d_ddp_guard.environment.framework_table import MMENGINE_LINES
 from mmdet3d_ddp_guard.messages.decision_text import MODE_EXPLANATIONS, decision_message
 from mmdet3d_ddp_guard.stall_guard import Phase, RankPosition
 from mmdet3d_ddp_guard.stall_guard.phases import GRADIENT_PHASES

@@ -12,12 +12,12 @@ import pytest
 from torch.nn.parallel import DistributedDataParallel
 
 from mmdet3d_ddp_guard.guard.completion import UnusedCompletion
-from mmdet3d_ddp_guard.messages.config_lines import MMCV1_LINES, MMENGINE_LINES
+from mmdet3d_ddp_guard.environment.framework_table import MMCV1_LINES, MMENGINE_LINES
 from mmdet3d_ddp_guard.messages.decision_text import decision_message
 from mmdet3d_ddp_guard.guard.decision_policy import DecisionPolicy
 from mmdet3d_ddp_guard.messages.mode_request import CONFIG_TOP_LEVEL, not_given, read_request
 from mmdet3d_ddp_guard.guard.errors import static_graph_changed_error, unused_parameters_error
-from mmdet3d_ddp_guard.messages.framework_names import MMCV1, MMENGINE
+from mmdet3d_ddp_guard.environment.framework_table import MMCV1, MMENGINE
 from mmdet3d_ddp_guard.guard.param_table import ParamTable
 from mmdet3d_ddp_guard.stall_guard import check_stall_timeout
 from mmdet3d_ddp_guard.guard.usage_record import ParamUsageRecord

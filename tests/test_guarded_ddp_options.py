@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from mmdet3d_ddp_guard import GuardedDDP
+from mmdet3d_ddp_guard.environment.framework_table import MMENGINE_LINES
 from mmdet3d_ddp_guard.messages.mode_request import not_given, read_request
 from tests.toys import ToyDetector
 from tests.dist_utils import DistributedRunError, run_distributed
@@ -72,13 +73,14 @@ def test_explicit_settings_are_honoured_and_train():
 
 
 def test_read_request_reads_both_places_and_refuses_contradictions():
-    assert read_request(not_given()) == ('auto', 'default')
-    assert read_request(not_given(), True) == (True, 'config top-level '
-                                                     'find_unused_parameters')
-    assert read_request(False, not_given()) == (False, 'model_wrapper_cfg')
-    assert read_request('auto', 'auto')[0] == 'auto'
+    lines = dict(lines=MMENGINE_LINES)
+    assert read_request(not_given(), **lines) == ('auto', 'default')
+    assert read_request(not_given(), True, **lines) == (True, 'config top-level '
+                                                              'find_unused_parameters')
+    assert read_request(False, not_given(), **lines) == (False, 'model_wrapper_cfg')
+    assert read_request('auto', 'auto', **lines)[0] == 'auto'
     with pytest.raises(ValueError, match='sets find_unused_parameters twice'):
-        read_request(False, True)
+        read_request(False, True, **lines)
 
 
 @pytest.mark.parametrize('kwargs, error, words', [

@@ -1,8 +1,9 @@
 """The package's architecture, read from its imports: one folder per concern, the
 framework-free ones importing torch and each other only, one way (no circle between folders),
 two adapters that each import one framework and never the other's (so that ``import
-mmdet3d_ddp_guard`` works where only one is installed), and a command line that reaches an
-adapter only while a command runs. Every module opens with the concern it holds, in words of
+mmdet3d_ddp_guard`` works where only one is installed), a command line that reaches an
+adapter only through the table of the frameworks, and no framework named outside the
+adapters and that table. Every module opens with the concern it holds, in words of
 its own."""
 import ast
 import importlib.util
@@ -222,21 +223,16 @@ def test_an_adapter_imports_its_framework_and_not_the_other_adapter(adapter):
             assert not module.startswith(MMCV1_ONLY), (path, module)
 
 
-def test_the_commands_import_no_framework_and_an_adapter_only_inside_a_function():
-    lazy_adapters = []
+def test_the_commands_import_no_framework_and_no_adapter_by_name():
+    """A command reaches the adapter of a config's framework through the framework table's
+    row (``importlib``, while it runs), never by an import that names the adapter."""
     for path, module, in_function in _imports(CLI):
         assert module.split('.')[0] not in FRAMEWORKS, (path, module)
         parts = module.split('.')
         if parts[0] == 'mmdet3d_ddp_guard' and len(parts) > 1:
-            if parts[1] in ADAPTERS:
-                assert in_function, (path, module)
-                lazy_adapters.append(parts[1])
-            else:
-                assert parts[1] in set(READS) | {CLI, 'version'}, (path, module)
+            assert parts[1] in set(READS) | {CLI, 'version'}, (path, module)
         elif not in_function:
             assert _standard_library(module), (path, module)
-    # check reads and simulates a config with the adapter of its framework.
-    assert set(lazy_adapters) == set(ADAPTERS)
 
 
 @pytest.mark.parametrize('module, standard', [('os', True), ('ast', True), ('typing', True),
@@ -357,6 +353,69 @@ def test_a_message_in_the_mechanism_is_found():
               "    raise ValueError(f'{x}: cannot be used here')\n"
               "LABEL = 'two words'\n")
     assert message_texts(source) == [(4, ': cannot be used here')]
+
+
+#: The one table of the frameworks; with the adapters, the only modules that name one.
+FRAMEWORK_TABLE = 'environment/framework_table.py'
+
+
+def framework_identities() -> Set[str]:
+    """What names a framework: the table's own names for one (its constants and lines), and
+    each row's name, adapter package and distributions."""
+    from mmdet3d_ddp_guard.environment import framework_table
+    found = {name for name in vars(framework_table) if name.startswith(('MMENGINE', 'MMCV1'))}
+    for row in framework_table.FRAMEWORKS:
+        found.update([row.name, row.adapter], (name for name, _ in row.distributions))
+    return found
+
+
+def framework_references(source: str, identities: Set[str]) -> List[str]:
+    """Where ``source`` names a framework: a name or attribute that is one of
+    ``identities``, a string constant equal to one, an import from an adapter package.
+    Prose (docstrings, and messages that mention a framework) dispatches nothing and is not
+    counted."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name) and node.id in identities \
+                or isinstance(node, ast.Attribute) and node.attr in identities \
+                or isinstance(node, ast.alias) and node.name in identities:
+            found.append(getattr(node, 'id', None) or getattr(node, 'attr', None) or node.name)
+        elif isinstance(node, ast.Constant) and node.value in identities:
+            found.append(repr(node.value))
+        elif isinstance(node, ast.ImportFrom) and node.module and \
+                identities & set(node.module.split('.')):
+            found.append(f'from {node.module}')
+    return found
+
+
+def test_only_the_adapters_and_the_table_name_a_framework():
+    """Adding a framework means one adapter folder and one row of the table: everything else
+    (``check``, ``summarize``, the reports, the messages, the guard, the package's import)
+    dispatches through the table's rows."""
+    identities = framework_identities()
+    found = {}
+    for root, _, files in os.walk(PACKAGE):
+        relative = osp.relpath(root, PACKAGE)
+        if relative.split(os.sep)[0] in ADAPTERS:
+            continue
+        for name in sorted(files):
+            path = osp.normpath(osp.join(relative, name))
+            if name.endswith('.py') and path != osp.normpath(FRAMEWORK_TABLE):
+                with open(osp.join(root, name)) as source:
+                    references = framework_references(source.read(), identities)
+                if references:
+                    found[path] = references
+    assert found == {}, found
+
+
+def test_a_framework_named_outside_the_table_is_found():
+    identities = framework_identities()
+    assert sorted(framework_references(
+        'from ..environment.framework_table import MMCV1\n'
+        "if framework == MMCV1 or name == 'mmengine':\n"
+        '    from ..openmmlab1 import config_reading\n'
+        '"""MMEngine and mmcv in prose."""\n', identities)) == \
+        ["'mmengine'", 'MMCV1', 'MMCV1', 'from openmmlab1']
 
 
 def test_each_stall_guard_module_is_short():

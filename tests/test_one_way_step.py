@@ -134,3 +134,29 @@ def test_every_step_calls_down_in_one_order_and_nothing_calls_back(case_name, wh
         assert result['revised'], rank
         if work_dir is not None:
             assert result['reported'] == list(range(ITERATIONS)), (rank, result['reported'])
+
+
+def test_the_adapter_s_wrapper_gives_the_guard_every_duty():
+    """The installed adapter's wrapper implements the interface of guard/guard_adapter.py;
+    a wrapper that leaves a duty out cannot be built, and the error names it."""
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    from mmdet3d_ddp_guard.guard.guard_adapter import GuardAdapter
+    from mmdet3d_ddp_guard.guard.guarded_wrapper import GuardedWrapper
+    wrapper = (mmdet3d_ddp_guard.GuardedDDP if ADAPTER == 'mmengine'
+               else mmdet3d_ddp_guard.GuardedMMDistributedDataParallel)
+    assert issubclass(wrapper, GuardAdapter) and not wrapper.__abstractmethods__
+
+    class WithoutLogging(GuardedWrapper, DistributedDataParallel):
+        lines = wrapper.lines
+        comm_hook_refusal = wrapper.comm_hook_refusal
+
+        def _adapter_state(self):
+            return ()
+
+        def _init_adapter_state(self):
+            pass
+
+    with pytest.raises(TypeError, match='log'):
+        WithoutLogging(nn.Linear(1, 1))

@@ -2,7 +2,7 @@
 DDP's outcome in the same words (mmdet3d_ddp_guard.messages.ddp_outcome)."""
 import pytest
 
-from mmdet3d_ddp_guard.messages.config_lines import MMENGINE_LINES
+from mmdet3d_ddp_guard.environment.framework_table import MMENGINE_LINES
 from mmdet3d_ddp_guard.messages.ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_line
 from mmdet3d_ddp_guard.guard.decision_policy import DecisionPolicy
 from tests.toys import ToyDetector
@@ -24,7 +24,8 @@ def test_hook_summary_and_decision_say_the_outcome_as_check_does(ranks_left_unre
     branch = (table.names.index('branch.weight'), table.names.index('branch.bias'))
     usage = IterationUsage(0, 0, (), ((), branch), ranks_left_unreached)
     statistics.update(usage)
-    summary = summary_dict(table, statistics, world_size=2)
+    summary = summary_dict(table, statistics, world_size=2,
+                           guard_setting=MMENGINE_LINES.guard)
     assert summary['verdict']['plain_ddp_outcome'] == outcome
     assert words in summary_text(summary)
     decision = DecisionPolicy('auto', 'default', False, MMENGINE_LINES).observe(

@@ -14,13 +14,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mmdet3d_ddp_guard.environment import ddp_compat
 from mmdet3d_ddp_guard.guard import accumulate_grad_hooks, step_backwards
-from mmdet3d_ddp_guard.messages.config_lines import MMENGINE_LINES
+from mmdet3d_ddp_guard.environment.framework_table import MMENGINE_LINES
 from mmdet3d_ddp_guard.guard.decision_policy import COMPLETE, FIND_UNUSED, initial_decision
 from mmdet3d_ddp_guard.messages.mode_request import CONFIG_TOP_LEVEL
 from mmdet3d_ddp_guard.guard.step_backwards import StepBackwards, StepErrorTexts
 from mmdet3d_ddp_guard.guard.usage_record import ParamUsageRecord
-from mmdet3d_ddp_guard.environment.versions import (check_mmcv_full, check_mmengine, check_torch,
-                                             graph_search_accumulates_right)
+from mmdet3d_ddp_guard.environment.framework_table import MMCV1, MMENGINE, framework
+from mmdet3d_ddp_guard.environment.versions import (check_framework, check_torch,
+                                                    graph_search_accumulates_right)
 from tests.dist_utils import DistributedRunError, run_distributed
 from tests.equivalence import assert_trains_like_graph_search
 from tests.scenarios import (GLOO_REDUCES_BFLOAT16, GRAPH_SEARCH_TRAINS_LOGGED_OUTPUTS,
@@ -36,8 +37,8 @@ def test_supported_versions_pass_quietly(torch_version):
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         check_torch(torch_version, (3, 8))
-        check_mmengine('0.8.0')
-        check_mmcv_full('1.4.0')
+        check_framework(framework(MMENGINE), '0.8.0')
+        check_framework(framework(MMCV1), '1.4.0')
 
 
 def test_unsupported_versions_are_refused_naming_the_range_and_the_fix():
@@ -46,9 +47,9 @@ def test_unsupported_versions_are_refused_naming_the_range_and_the_fix():
                                            'find_unused_parameters = True'):
         check_torch('1.8.1+cu111')
     with pytest.raises(RuntimeError, match=r"mmengine >= 0\.8.*0\.7\.4.*pip install"):
-        check_mmengine('0.7.4')
+        check_framework(framework(MMENGINE), '0.7.4')
     with pytest.raises(RuntimeError, match=r"mmcv-full >= 1\.4 .*1\.3\.17.*mmcv-full==1\.4\.0"):
-        check_mmcv_full('1.3.17')
+        check_framework(framework(MMCV1), '1.3.17')
     with pytest.raises(RuntimeError, match=r'Python >= 3\.8'):
         check_torch('2.1.2', (3, 7))
 

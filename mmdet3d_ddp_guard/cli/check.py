@@ -25,16 +25,17 @@ their code derives from ``plugin_dir``. The working directory goes on ``sys.path
 codebase's root, imports its ``projects.mmdet3d_plugin`` too.
 """
 import argparse
+import importlib
 import os
 import os.path as osp
 import sys
 import tempfile
 from typing import Mapping, Optional
 
+from ..environment.framework_table import framework as framework_row
+from ..environment.framework_table import rows_of
 from ..environment.frameworks import installed_frameworks
-from ..messages.config_lines import LINES
 from ..messages.ddp_outcome import OK
-from ..messages.framework_names import FRAMEWORK_NAMES, MMCV1, MMENGINE
 from ..rank_simulation.check_report import MAX_TABLE_ROWS, import_line, report
 from ..rank_simulation.config_framework import config_file_keys, config_framework, written_for
 from ..rank_simulation.ddp_prediction import plot_prediction, predict, write_json
@@ -44,20 +45,19 @@ from ..reporting.summary import summary_dict, write_summary
 
 PLAIN_DDP_BREAKS = 1
 BAD_USAGE = 2
-#: The config key each framework's training takes its seed from (``--seed`` sets it; the
-#: mmcv 1.x train scripts set ``cfg.seed`` from their own ``--seed`` whatever the config says).
-SEED_KEYS = {MMENGINE: 'randomness.seed', MMCV1: 'seed'}
+
+
+def _adapter_module(framework: str, module: str):
+    """``module`` of ``framework``'s adapter (its row's ``adapter`` package), imported here,
+    so that the command works where only one framework is installed."""
+    package = __package__.rpartition('.')[0]
+    return importlib.import_module(f'{package}.{framework_row(framework).adapter}.{module}')
 
 
 def _config_reading(framework: str):
     """``framework``'s adapter module that reads a config (its ``load_config`` and
     ``DictAction``)."""
-    # Imported here, so that the command works where only one framework is installed.
-    if framework == MMCV1:
-        from ..openmmlab1 import config_reading
-    else:
-        from ..openmmlab2 import config_reading
-    return config_reading
+    return _adapter_module(framework, 'config_reading')
 
 
 def load_config(path: str, framework: str):
@@ -65,22 +65,13 @@ def load_config(path: str, framework: str):
     return _config_reading(framework).load_config(path)
 
 
-def _simulation_class(framework: str):
-    # Imported here, so that the command works where only one framework is installed.
-    if framework == MMCV1:
-        from ..openmmlab1.rank_simulation import RankSimulation
-    else:
-        from ..openmmlab2.rank_simulation import RankSimulation
-    return RankSimulation
-
-
 def _dict_action():
-    """``--cfg-options``' action: MMEngine's where installed, else mmcv 1.x's (the same
-    ``key=value`` syntax)."""
-    return _config_reading(MMENGINE if MMENGINE in installed_frameworks() else MMCV1).DictAction
+    """``--cfg-options``' action: the first installed framework's in the table's order
+    (MMEngine's where installed, else mmcv 1.x's: the same ``key=value`` syntax)."""
+    return _config_reading(rows_of(installed_frameworks())[0].name).DictAction
 
 
-def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE,
+def run_check(cfg, world_size: int, iters: int, framework: str,
               seed: Optional[int] = None, config_path: Optional[str] = None):
     """Simulates ``world_size`` ranks for ``iters`` iterations of ``cfg``; returns the
     simulation, the usage summary and the prediction.
@@ -89,29 +80,30 @@ def run_check(cfg, world_size: int, iters: int, framework: str = MMENGINE,
         cfg (Config): The training config, read by ``framework``'s ``Config``.
         world_size (int): Number of simulated ranks.
         iters (int): Iterations to simulate.
-        framework (str): ``'mmengine'`` or ``'mmcv-full'`` (:func:`config_framework`).
-        seed (int): Set as the config's seed (:data:`SEED_KEYS`), as ``tools/train.py
-            --seed`` sets it. None: under MMEngine the config's; under mmcv 1.x the
-            ``--seed`` default of the BEV codebases' ``tools/train.py`` (0), since no 1.x
-            train script reads the config's.
+        framework (str): The config's framework's name (:func:`config_framework`).
+        seed (int): Set as the config's seed (its row's ``seed_key``), as ``tools/train.py
+            --seed`` sets it. None: under MMEngine the config's; where the train scripts set
+            the seed (mmcv 1.x), the ``--seed`` default of the BEV codebases'
+            ``tools/train.py`` (0), since no 1.x train script reads the config's.
         config_path (str): The config's path as given (mmcv 1.x: a ``plugin=True`` config
             without ``plugin_dir`` imports its folder); default ``cfg.filename``.
     """
-    if framework == MMCV1:
-        simulation = _simulation_class(framework)(cfg, world_size, seed=seed,
-                                                  config_path=config_path)
+    row = framework_row(framework)
+    simulation_class = _adapter_module(framework, 'rank_simulation').RankSimulation
+    if row.seed_set_by_train_script:
+        simulation = simulation_class(cfg, world_size, seed=seed, config_path=config_path)
     else:
         if seed is not None:
-            cfg.merge_from_dict({SEED_KEYS[framework]: seed})
-        simulation = _simulation_class(framework)(cfg, world_size)
+            cfg.merge_from_dict({row.seed_key: seed})
+        simulation = simulation_class(cfg, world_size)
     iterations = simulation.run(iters)
     record = simulation.record
     prediction = predict(record.table, iterations, world_size, simulation.collectives.types,
                          sync_norm_cfg_keys(cfg.model))
     prediction.update(seed=simulation.seed, seed_from_config=simulation.seed_given)
     # Under mmcv 1.x the guard's setting is its import line, pasted over the config's own.
-    guard = import_line(cfg.get('custom_imports')) if framework == MMCV1 \
-        else LINES[framework].guard
+    guard = import_line(cfg.get('custom_imports')) if row.guard_is_import_line \
+        else row.lines.guard
     summary = summary_dict(record.table, record.statistics, world_size, guard)
     plain = prediction['plain_ddp']
     # The prediction sees forward collectives too: its verdict is the summary's.
@@ -206,9 +198,9 @@ def main(args: argparse.Namespace) -> int:
     framework = config_framework(args.config)
     wanted = written_for(args.config)
     if wanted is not None and wanted != framework:
-        print(f'check: {args.config} is written for {FRAMEWORK_NAMES[wanted]}, which is not '
-              f'installed here (only {FRAMEWORK_NAMES[framework]} is); check it where its '
-              'training runs.')
+        print(f'check: {args.config} is written for {framework_row(wanted).title}, which is '
+              f'not installed here (only {framework_row(framework).title} is); check it where '
+              'its training runs.')
         return BAD_USAGE
     try:
         cfg = load_config(args.config, framework)

@@ -13,9 +13,8 @@ import logging
 import os.path as osp
 import sys
 
+from ..environment.framework_table import rows_of
 from ..environment.frameworks import installed_frameworks
-from ..messages.config_lines import LINES
-from ..messages.framework_names import MMCV1, MMENGINE
 from ..reporting.history_file import (RecordedTable, history_path, missing_iterations,
                                       read_history, replay_statistics, table_path)
 from ..reporting.summary import summary_dict, summary_text, write_summary
@@ -73,9 +72,10 @@ def main(args: argparse.Namespace) -> int:
                        'summary covers the iterations it has.')
     world_size = max(len(line['unused_per_rank']) for line in lines)
     # The files do not say which framework wrote them; the post-mortem runs where it trained.
-    framework = MMENGINE if MMENGINE in installed_frameworks() else MMCV1
+    # (The first installed in the table's order: MMEngine where it is.)
+    framework = rows_of(installed_frameworks())[0]
     summary = summary_dict(table, replay_statistics(len(table), lines), world_size,
-                           LINES[framework].guard)
+                           framework.lines.guard)
     try:
         paths = write_summary(args.work_dir, args.prefix, summary, table, lines,
                               plot=not args.no_plot)

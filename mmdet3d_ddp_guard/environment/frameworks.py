@@ -3,7 +3,7 @@ finding out imports neither (``import mmcv`` 1.x is slow, and mmcv 2.x pulls MME
 from importlib import metadata
 from typing import Dict, Optional
 
-from ..messages.framework_names import MMCV1, MMENGINE
+from .framework_table import FRAMEWORKS
 from .version_numbers import major_minor
 
 
@@ -15,23 +15,20 @@ def _distribution_version(name: str) -> Optional[str]:
 
 
 def installed_frameworks() -> Dict[str, str]:
-    """``{'mmengine': version}`` for MMEngine and ``{'mmcv-full': version}`` for mmcv 1.x
-    (the ``mmcv-full`` distribution, or ``mmcv`` below 2.0, its lite build), as many as are
-    installed. Raises ImportError, naming both, when neither is."""
+    """``{name: version}`` of the table's frameworks that are installed (a row's
+    ``distributions``, in order: for mmcv 1.x the ``mmcv-full`` distribution, or ``mmcv``
+    below 2.0, its lite build), in the table's order. Raises ImportError, naming them, when
+    none is."""
     found = {}
-    mmengine = _distribution_version('mmengine')
-    if mmengine is not None:
-        found[MMENGINE] = mmengine
-    mmcv1 = _distribution_version('mmcv-full')
-    if mmcv1 is None:
-        mmcv = _distribution_version('mmcv')
-        mmcv1 = mmcv if mmcv is not None and major_minor(mmcv) < (2, 0) else None
-    if mmcv1 is not None:
-        found[MMCV1] = mmcv1
+    for row in FRAMEWORKS:
+        for distribution, below in row.distributions:
+            version = _distribution_version(distribution)
+            if version is not None and (below is None or major_minor(version) < below):
+                found[row.name] = version
+                break
     if not found:
         raise ImportError(
-            'mmdet3d_ddp_guard guards the DDP of an OpenMMLab training, and neither of its '
-            'frameworks is installed: install MMEngine (mmdet3d >= 1.1: pip install '
-            "'mmengine>=0.8'), or mmcv-full 1.x for mmdet 2.x / mmdet3d 0.x (see "
-            "mmcv's install guide: it is compiled for your torch and CUDA).")
+            'mmdet3d_ddp_guard guards the DDP of an OpenMMLab training, and none of its '
+            'frameworks is installed: install '
+            + ', or '.join(row.to_install for row in FRAMEWORKS) + '.')
     return found

@@ -13,8 +13,9 @@ message that names it:
   DDP surface this package touches (the reducer's comm hook on the last bucket, the
   ``AccumulateGrad`` node) has been stable for years, and a refusal would block users for no
   known reason;
-- MMEngine below :data:`MIN_MMENGINE` (what mmdet3d 1.4 itself requires) is refused, and so
-  is mmcv-full below :data:`MIN_MMCV` (the oldest the research codebases pin).
+- a framework below its row's ``minimum`` (:mod:`.framework_table`: MMEngine below what
+  mmdet3d 1.4 itself requires, mmcv-full below the oldest the research codebases pin) is
+  refused by :func:`check_framework`, which its adapter calls.
 
 Each check takes version strings, so that this module imports no framework.
 """
@@ -22,8 +23,7 @@ import sys
 import warnings
 from typing import Collection, Optional, Tuple
 
-from ..messages.config_lines import MMENGINE_LINES
-from ..messages.framework_names import MMCV1, MMENGINE
+from .framework_table import FRAMEWORKS, Framework, rows_of
 from .frameworks import installed_frameworks
 from .version_numbers import major_minor
 
@@ -33,10 +33,6 @@ MIN_TORCH = (1, 9)
 TESTED_TORCHES = ('1.9.1', '1.12.1', '1.13.1', '2.1.2', '2.13.0', '2.14.1')
 #: The newest torch tested; newer ones get one warning.
 NEWEST_TESTED_TORCH = (2, 14)
-#: mmdet3d 1.4 accepts mmengine >= 0.8.0; tested on 0.8.0 and 0.10.7.
-MIN_MMENGINE = (0, 8)
-#: BEVFormer, MapTR, PETR and bevfusion pin mmcv-full 1.4.0; tested on 1.7.2.
-MIN_MMCV = (1, 4)
 MIN_PYTHON = (3, 8)
 #: pytorch/pytorch#124193 (torch 2.4) fixed DDP's graph search under ``no_sync``
 #: (pytorch/pytorch#69031): before it, a parameter used in an earlier micro-step of an
@@ -49,23 +45,18 @@ def _dotted(version: Tuple[int, int]) -> str:
 
 
 def _without_the_guard(frameworks: Optional[Collection[str]]) -> str:
-    """How to train without the guard, in the words of the frameworks installed: under
-    MMEngine the config also names GuardedDDP, which mmcv 1.x's configs never do."""
+    """How to train without the guard, in the words of the frameworks installed (under
+    MMEngine the config also names GuardedDDP, which mmcv 1.x's configs never do); of every
+    framework where none is."""
     if frameworks is None:
         try:
             frameworks = installed_frameworks()
         except ImportError:
             frameworks = ()
-    mmcv1 = ('remove mmdet3d_ddp_guard from custom_imports and set '
-             'find_unused_parameters = True in your config instead')
-    mmengine = (f'remove mmdet3d_ddp_guard from custom_imports and `{MMENGINE_LINES.guard}` '
-                "(or the _base_ file that holds it) from your config, and "
-                'set find_unused_parameters = True in it instead')
-    if MMENGINE not in frameworks:
-        return mmcv1
-    if MMCV1 not in frameworks:
-        return mmengine
-    return f'under MMEngine, {mmengine}; under mmcv-full 1.x, {mmcv1}'
+    rows = rows_of(frameworks) or FRAMEWORKS
+    if len(rows) == 1:
+        return rows[0].without_the_guard
+    return '; '.join(f'under {row.short_title}, {row.without_the_guard}' for row in rows)
 
 
 def check_torch(torch_version: str,
@@ -73,7 +64,7 @@ def check_torch(torch_version: str,
                 frameworks: Optional[Collection[str]] = None) -> None:
     """Raises RuntimeError, naming the supported range and the fix, on an unsupported
     torch or Python; warns once on a torch newer than the newest tested. ``frameworks``
-    (:mod:`..messages.framework_names`' names) picks the words of the fix; by default the
+    (the names of :mod:`.framework_table`) picks the words of the fix; by default the
     installed ones."""
     if tuple(python_version) < MIN_PYTHON:
         raise RuntimeError(
@@ -96,22 +87,11 @@ def check_torch(torch_version: str,
             'fails, please report it with this version.', stacklevel=3)
 
 
-def check_mmengine(mmengine_version: str) -> None:
-    if major_minor(mmengine_version) < MIN_MMENGINE:
-        raise RuntimeError(
-            f'mmdet3d_ddp_guard needs mmengine >= {_dotted(MIN_MMENGINE)} (as mmdet3d 1.4 '
-            f'does), but mmengine {mmengine_version} is installed: '
-            "pip install -U 'mmengine>=0.8'.")
-
-
-def check_mmcv_full(mmcv_version: str) -> None:
-    if major_minor(mmcv_version) < MIN_MMCV:
-        raise RuntimeError(
-            f'mmdet3d_ddp_guard supports mmcv-full >= {_dotted(MIN_MMCV)} (tested on 1.7.2), '
-            f'but mmcv-full {mmcv_version} is installed. Upgrade it within 1.x as your '
-            "codebase allows (e.g. pip install 'mmcv-full==1.4.0', as BEVFormer pins), or "
-            'remove mmdet3d_ddp_guard from custom_imports and set find_unused_parameters = '
-            'True in your config instead.')
+def check_framework(framework: Framework, version: str) -> None:
+    """Refuses ``framework`` (a row of the table) at ``version`` below its ``minimum``; its
+    adapter calls it when it is imported."""
+    if major_minor(version) < framework.minimum:
+        raise RuntimeError(framework.too_old.format(version=version))
 
 
 def graph_search_accumulates_right(torch_version: str) -> bool:

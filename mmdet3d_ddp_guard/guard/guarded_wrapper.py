@@ -9,7 +9,7 @@ which builds the record, DDP and the guard in the one order that works on every 
 """
 import contextlib
 import logging
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -17,59 +17,31 @@ import torch.nn as nn
 
 from ..environment.cpu_ddp import leave_gloo_cleanly_at_exit
 from ..environment.ddp_compat import set_static_graph, static_graph_arguments
-from ..messages.config_lines import ConfigLines
 from ..messages.decision_text import decision_message
 from ..stall_guard import Phase, RankPosition, watch_ranks
 from .completion import UnusedCompletion
 from .decision_policy import Decision, DecisionPolicy, Mode
 from .forward_collectives import forward_collectives_warning
+from .guard_adapter import GuardAdapter
 from .iteration_usage import ResolvedIteration
 from .sparse_gradients import sparse_gradients_notice
 from .unused_counts_comm_hook import UnusedCountsState
 from .usage_record import ParamUsageRecord
 
 
-class GuardedWrapper:
+class GuardedWrapper(GuardAdapter):
     """The completion, the stall guard, the comm-hook rule and the per-step sequence of a
-    guarded DDP wrapper.
+    guarded DDP wrapper, on top of what its adapter gives (:class:`.GuardAdapter`).
 
-    **One step, one way.** Every call goes down, from the adapter into the guard: the guard
-    takes the framework's logging function at build and, during a step, nothing but the
-    arguments of these calls; it never calls the adapter back (tests/test_one_way_step.py
-    holds both adapters to it). Each training step, an adapter:
-
-    1. reads its framework's iteration number (its runner's; outside a runner, the number of
-       backwards settled so far, :attr:`UnusedCompletion.iterations_ended
-       <.completion.UnusedCompletion.iterations_ended>`) and runs the whole step inside
-       :meth:`guarded_step` with it: this step's stall position and record start there;
-    2. calls :meth:`forward_returned` once the model's forward has returned, before any
-       backward: what the previous steps left open in the usage record is resolved and
-       acted on there (a report hook may have resolved it already, after the optimizer
-       step, through :meth:`resolved_for_report`: resolving twice is a no-op);
-    3. runs the backward after :meth:`enter_backward` and inside
-       :meth:`telling_the_stall_guard`, where the framework lets the wrapper run it
-       (MMEngine's optim wrapper);
-    4. calls :meth:`settle_after_backward` with the same iteration once the step's last
-       backward is over and before the optimizer step (mmcv 1.x, whose optimizer hook runs
-       the backward after ``train_step`` returned: from
-       :class:`~.step_backwards.StepBackwards`, which finds that point in autograd and calls
-       these two methods of the wrapper it was given);
-    5. runs any other part of the step it runs itself inside :meth:`telling_the_stall_guard`,
-       so that its error reaches the stall guard first (the other ranks then learn that this
-       one raised, instead of waiting for it).
+    **One step, one way.** Every call goes down, from the adapter into the guard, in the
+    order :class:`~.guard_adapter.GuardAdapter` states; the guard never calls the adapter
+    back (tests/test_one_way_step.py holds both adapters to it).
 
     **The report's pull.** A report hook (``UnusedParamsHook``) reads this wrapper's record:
     it calls :meth:`keep_resolved_for_report` before the run, then
     :meth:`resolved_for_report` at its hook points, and gets every iteration resolved since
     (whoever resolved it) and the strict stop, which it raises once its file holds the
     iteration that made it. Neither the record nor the guard calls the hook.
-
-    **The adapter interface.** A subclass gives its framework's words (``lines``: the config
-    lines its messages name), names itself and the way to DDP's graph search in
-    ``comm_hook_refusal`` (``(wrapper, fix)``, the words of the error a user's own comm hook
-    gets while the counts ride the gradient all-reduce), its framework's logging function
-    (``log``), and its own per-wrapper attributes (:meth:`_adapter_state`,
-    :meth:`_init_adapter_state`).
 
     **Copies.** ``copy.deepcopy`` and pickling (``torch.save`` of the whole wrapper) work as
     on DDP, whose ``__getstate__`` drops the process group and reducer and whose
@@ -81,12 +53,6 @@ class GuardedWrapper:
     a copied DDP, trains.
     """
 
-    lines: ConfigLines
-    #: The framework's own logging function, ``log(message, level=level)``
-    #: (``logging.ERROR`` reaches every rank's console: the stall guard's verdicts); the
-    #: guard logs through it without calling into the adapter.
-    log: Callable[..., None]
-    comm_hook_refusal = ('mmdet3d_ddp_guard', 'use find_unused_parameters=True')
     #: What :meth:`_guard` adds to DDP's state: this wrapper's training, never a copy's.
     _guard_state = ('usage_record', 'completion', 'stall_position', 'stall_watchdog',
                     '_reported')
@@ -230,13 +196,6 @@ class GuardedWrapper:
         usage_record = ParamUsageRecord(module)
         super().__setstate__(state)
         self._guard(module, usage_record, self.policy, stall_timeout=None)
-
-    def _adapter_state(self) -> Tuple[str, ...]:
-        """The adapter's own per-wrapper attributes, left out of a copy."""
-        return ()
-
-    def _init_adapter_state(self) -> None:
-        """Sets them anew: at construction, and in a copy."""
 
     @property
     def decision(self) -> Decision:

@@ -7,7 +7,7 @@ two places that disagree, and says where the request came from (the decision nam
 """
 from typing import Tuple, Union
 
-from .config_lines import MMENGINE_LINES, ConfigLines
+from .config_lines import ConfigLines
 
 AUTO = 'auto'
 
@@ -22,8 +22,8 @@ def not_given():
     return _SENTINEL
 
 
-def read_request(wrapper_value, config_value=_SENTINEL, built_by_runner: bool = True,
-                 lines: ConfigLines = MMENGINE_LINES) -> Tuple[Union[str, bool], str]:
+def read_request(wrapper_value, config_value=_SENTINEL, built_by_runner: bool = True, *,
+                 lines: ConfigLines) -> Tuple[Union[str, bool], str]:
     """What the user asked for, and where they wrote it: ``(requested, source)``.
 
     ``model_wrapper_cfg=dict(type='GuardedDDP', find_unused_parameters=...)`` (or the

@@ -11,10 +11,11 @@ makes the patches. ``check``'s mmcv-full 1.x half (:mod:`.rank_simulation`,
 """
 import mmcv
 
-from ..environment.versions import check_mmcv_full
+from ..environment.framework_table import MMCV1, framework
+from ..environment.versions import check_framework
 
 # Before the modules below, so that an unsupported mmcv-full gets this message, not theirs.
-check_mmcv_full(mmcv.__version__)
+check_framework(framework(MMCV1), mmcv.__version__)
 
 from . import import_changes  # noqa: E402
 from .guarded_mmcv_ddp import GuardedMMDistributedDataParallel  # noqa: E402

@@ -21,7 +21,7 @@ from mmcv.utils import Config, print_log
 from ..guard.decision_policy import DecisionPolicy
 from ..guard.guarded_wrapper import GuardedWrapper
 from ..guard.step_backwards import StepBackwards
-from ..messages.config_lines import MMCV1_LINES
+from ..environment.framework_table import MMCV1_LINES
 from ..messages.mode_request import CONFIG_TOP_LEVEL, not_given, read_request
 from ..stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
 from .cpu_launch import CPUCompatibleMMDistributedDataParallel, ddp_arguments

@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Optional, Set
 from mmcv import Config
 from mmdet.datasets import builder
 
-from ..rank_simulation.config_framework import MMCV1_RUNNERS
+from ..environment.framework_table import MMCV1, framework
 from ..rank_simulation.simulated_ranks import SimulationError, dist_info_of
 
 #: ``train_detector``'s defaults under ``data.train_dataloader`` (mmdet 2.x apis/train.py).
@@ -93,10 +93,11 @@ def loader_args(cfg: Config, seed: int, build: Optional[Callable] = None) -> Dic
     build = builder.build_dataloader if build is None else build
     runner = cfg.get('runner') or {}
     runner_type = runner.get('type', 'EpochBasedRunner')
+    runner_types = framework(MMCV1).runner_types
     # A builder without runner_type builds the same loader for every runner.
-    if runner_type not in MMCV1_RUNNERS and 'runner_type' in _parameter_names(build):
+    if runner_type not in runner_types and 'runner_type' in _parameter_names(build):
         raise SimulationError(f'runner.type={runner_type!r}: the simulation builds the data '
-                              f'of {" or ".join(MMCV1_RUNNERS)} (mmdet build_dataloader\'s '
+                              f'of {" or ".join(runner_types)} (mmdet build_dataloader\'s '
                               'runner_type).')
     args = dict(LOADER_DEFAULTS, seed=seed, runner_type=runner_type)
     args.update({key: cfg.data[key] for key in LOADER_DEFAULTS if key in cfg.data})

@@ -9,7 +9,7 @@ from mmcv.runner import (HOOKS, BaseRunner, CheckpointHook, Hook, IterBasedRunne
                          OptimizerHook, get_dist_info)
 
 from ..guard.iteration_usage import IterationUsage
-from ..messages.config_lines import MMCV1_LINES
+from ..environment.framework_table import MMCV1_LINES
 from ..reporting.report import CHECKPOINT_KEY
 from ..reporting.report_options import ReportOptions
 from .guarded_mmcv_ddp import GuardedMMDistributedDataParallel

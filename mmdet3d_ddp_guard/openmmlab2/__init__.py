@@ -11,10 +11,11 @@ reason, and makes the patches. ``check``'s MMEngine half (:mod:`.rank_simulation
 """
 import mmengine
 
-from ..environment.versions import check_mmengine
+from ..environment.framework_table import MMENGINE, framework
+from ..environment.versions import check_framework
 
 # Before the modules below, so that an unsupported MMEngine gets this message, not theirs.
-check_mmengine(mmengine.__version__)
+check_framework(framework(MMENGINE), mmengine.__version__)
 
 from . import import_changes  # noqa: E402
 from .cpu_launch import CPUCompatibleMMDDP  # noqa: E402

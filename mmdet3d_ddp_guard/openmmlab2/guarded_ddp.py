@@ -16,7 +16,7 @@ from ..environment.ddp_compat import untraced
 from ..environment.versions import graph_search_accumulates_right
 from ..guard.decision_policy import DecisionPolicy, Mode
 from ..guard.guarded_wrapper import GuardedWrapper
-from ..messages.config_lines import MMENGINE_LINES
+from ..environment.framework_table import MMENGINE_LINES
 from ..messages.mode_request import not_given, read_request
 from ..stall_guard import DEFAULT_STALL_TIMEOUT, Phase, check_stall_timeout
 from .accumulation import configured_accumulation
@@ -114,7 +114,8 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
                         if runner is not None and 'find_unused_parameters' in runner.cfg
                         else not_given())
         requested, source = read_request(find_unused_parameters, config_value,
-                                         built_by_runner=runner is not None)
+                                         built_by_runner=runner is not None,
+                                         lines=MMENGINE_LINES)
         policy = DecisionPolicy(requested, source, static_graph, MMENGINE_LINES,
                                 accumulative_counts=configured_accumulation(runner))
         log_dropped_device_ids(module, kwargs)

@@ -2,22 +2,23 @@
 
 What plain DDP would do (:mod:`.ddp_prediction`) and which parameters went unused
 (:mod:`~mmdet3d_ddp_guard.reporting.summary`), followed by what the simulation could not
-settle (the seed it used) and the config advice in the words of the config's framework: under
-mmcv 1.x the ``custom_imports`` line (:func:`import_line`), under MMEngine the wrapper's line
-and the optional hook.
+settle (the seed it used) and the config advice in the words of the config's framework (its
+row of :mod:`~mmdet3d_ddp_guard.environment.framework_table`): where the guard's setting is
+the ``custom_imports`` line alone (mmcv 1.x), that line (:func:`import_line`); else that line,
+the wrapper's line and the optional hook.
 """
 from typing import Any, Mapping, Optional, Sequence
 
-from ..messages.config_lines import MMCV1_LINES
+from ..environment.framework_table import framework as framework_row
 from ..messages.ddp_outcome import HANGS
-from ..messages.framework_names import MMCV1, MMENGINE
 from ..reporting.summary import summary_text
 from .ddp_prediction import prediction_text
 
 #: Longer per-iteration tables go to a PNG in the work dir as well.
 MAX_TABLE_ROWS = 20
-#: Whose ``tools/train.py --seed`` defaults to the seed check simulates for a 1.x config.
-MMCV1_SEED_SCRIPTS = 'BEVFormer, UniAD, StreamPETR and PETR (and in mmdet3d 0.17.1)'
+#: Whose ``tools/train.py --seed`` defaults to the seed check simulates where the train
+#: script sets the seed (mmcv 1.x's codebases).
+SEED_SCRIPTS = 'BEVFormer, UniAD, StreamPETR and PETR (and in mmdet3d 0.17.1)'
 
 #: The module the guard's import line adds to ``custom_imports``.
 GUARD_MODULE = 'mmdet3d_ddp_guard'
@@ -31,8 +32,7 @@ def import_line(custom_imports: Optional[Mapping] = None) -> str:
     Args:
         custom_imports (Mapping): The config's ``custom_imports``, or None.
     """
-    if not custom_imports:
-        return MMCV1_LINES.guard
+    custom_imports = custom_imports or {}
     imports = custom_imports.get('imports') or []
     # mmcv's and MMEngine's import_modules_from_strings take one name as well as a list.
     imports = [imports] if isinstance(imports, str) else list(imports)
@@ -42,15 +42,16 @@ def import_line(custom_imports: Optional[Mapping] = None) -> str:
     return f'custom_imports = dict(imports={imports!r}, allow_failed_imports={allow!r})'
 
 
-def mmcv1_seed_text(seed: int, config_seed: Any = None) -> str:
-    """What the report says of the seed of a 1.x config simulated without ``--seed``.
+def train_script_seed_text(seed: int, config_seed: Any = None) -> str:
+    """What the report says of the seed of a config simulated without ``--seed``, where the
+    train scripts set the seed (mmcv 1.x's).
 
     Args:
         seed (int): The seed simulated (the BEV codebases' ``--seed`` default).
         config_seed: The ``seed`` the config writes, None where it writes none.
     """
     text = (f'No --seed given: simulated with seed {seed}, the --seed default of '
-            f'tools/train.py in {MMCV1_SEED_SCRIPTS}, which set cfg.seed = args.seed.')
+            f'tools/train.py in {SEED_SCRIPTS}, which set cfg.seed = args.seed.')
     if config_seed is not None:
         text += (f' The config\'s seed = {config_seed!r} is not what these train scripts '
                  'use: each overwrites cfg.seed with its --seed.')
@@ -59,7 +60,7 @@ def mmcv1_seed_text(seed: int, config_seed: Any = None) -> str:
                    'data by it: give check the --seed your training gets.')
 
 
-def report(summary: dict, prediction: dict, table, framework: str = MMENGINE,
+def report(summary: dict, prediction: dict, table, framework: str,
            custom_imports: Optional[Mapping] = None, config_seed: Any = None,
            notes: Sequence[str] = ()) -> str:
     """The text the command prints: the summary, the prediction and the config advice.
@@ -69,18 +70,21 @@ def report(summary: dict, prediction: dict, table, framework: str = MMENGINE,
             as :func:`~mmdet3d_ddp_guard.cli.check.run_check` returns it.
         prediction (dict): :func:`~.ddp_prediction.predict`'s, as ``run_check`` returns it.
         table (ParamTable): The names of the parameter ids.
-        framework (str): The config's framework (:func:`~.config_framework.config_framework`).
+        framework (str): The config's framework (:func:`~.config_framework.config_framework`),
+            whose row of the table says the words that differ.
         custom_imports (Mapping): The config's ``custom_imports`` (:func:`import_line`).
-        config_seed: The ``seed`` a 1.x config writes (:func:`mmcv1_seed_text`).
+        config_seed: The ``seed`` the config writes, where the train script sets its own
+            (:func:`train_script_seed_text`).
         notes (list[str]): More to say about how the config was read (the 1.x plugin).
     """
+    framework = framework_row(framework)
     lines = ['', '=' * 78, summary_text(summary), '',
              prediction_text(prediction, table, max_rows=MAX_TABLE_ROWS)]
-    if not prediction['seed_from_config'] and framework == MMCV1:
-        lines.append(mmcv1_seed_text(prediction['seed'], config_seed))
+    if not prediction['seed_from_config'] and framework.seed_set_by_train_script:
+        lines.append(train_script_seed_text(prediction['seed'], config_seed))
     elif not prediction['seed_from_config']:
-        lines.append(f'The config sets no randomness.seed, so a shuffling sampler orders the '
-                     f'data differently in every run; this prediction used seed '
+        lines.append(f'The config sets no {framework.seed_key}, so a shuffling sampler orders '
+                     f'the data differently in every run; this prediction used seed '
                      f'{prediction["seed"]} (--seed sets one).')
     lines += list(notes)
     if prediction['plain_ddp']['outcome'] == HANGS:
@@ -89,7 +93,7 @@ def report(summary: dict, prediction: dict, table, framework: str = MMENGINE,
     else:
         lines += ['', 'Add to your config:']
     lines.append(f'    {import_line(custom_imports)}')
-    if framework == MMCV1:
+    if framework.guard_is_import_line:
         lines += ['(it guards every MMDistributedDataParallel the training builds), and '
                   'delete any top-level `find_unused_parameters = ...` line.', '=' * 78]
         return '\n'.join(lines)

@@ -9,41 +9,23 @@ import ast
 import os.path as osp
 from typing import Any, Dict, Mapping, Optional
 
+from ..environment.framework_table import FRAMEWORKS
 from ..environment.frameworks import installed_frameworks
-from ..messages.framework_names import MMCV1, MMENGINE
-
-#: Top-level keys only an MMEngine config has (mmcv 1.x reads none of them).
-MMENGINE_MARKERS = ('optim_wrapper', 'train_dataloader', 'default_scope')
-#: mmcv 1.x's runners, named by ``runner = dict(type=...)`` in a 1.x config (and the
-#: ``runner_type`` values whose data mmdet's ``build_dataloader`` builds).
-MMCV1_RUNNERS = ('IterBasedRunner', 'EpochBasedRunner')
 
 
 def framework_of_config(cfg: Mapping[str, Any]) -> Optional[str]:
-    """``'mmengine'`` or ``'mmcv-full'``: which framework's training a config is written for,
-    from its top-level keys; None when they say neither.
-
-    MMEngine's keys (``optim_wrapper``, ``train_dataloader``, ``default_scope``, or a
-    ``train_cfg`` loop) win; else mmcv 1.x's (``optimizer_config``, ``runner`` of type
-    ``IterBasedRunner``/``EpochBasedRunner``, or ``data.train``).
+    """The name of the framework whose training a config is written for, from its top-level
+    keys (each row's ``written_for`` of :mod:`~mmdet3d_ddp_guard.environment.framework_table`,
+    in the table's order: MMEngine's keys, ``optim_wrapper``, ``train_dataloader``,
+    ``default_scope`` or a ``train_cfg`` loop, win over mmcv 1.x's, ``optimizer_config``, a
+    ``runner`` of type ``IterBasedRunner``/``EpochBasedRunner``, or ``data.train``); None
+    when they say none.
 
     Args:
         cfg (Mapping): The config's top-level keys (either framework's ``Config``, or
             :func:`config_file_keys`).
     """
-    if any(key in cfg for key in MMENGINE_MARKERS):
-        return MMENGINE
-    train_cfg = cfg.get('train_cfg')
-    if isinstance(train_cfg, Mapping) and (
-            str(train_cfg.get('type', '')).endswith('TrainLoop')
-            or 'max_epochs' in train_cfg or 'max_iters' in train_cfg):
-        return MMENGINE
-    runner, data = cfg.get('runner'), cfg.get('data')
-    if 'optimizer_config' in cfg \
-            or isinstance(runner, Mapping) and runner.get('type') in MMCV1_RUNNERS \
-            or isinstance(data, Mapping) and 'train' in data:
-        return MMCV1
-    return None
+    return next((row.name for row in FRAMEWORKS if row.written_for(cfg)), None)
 
 
 def config_file_keys(path: str, depth: int = 0) -> Dict[str, Any]:
@@ -107,8 +89,9 @@ def written_for(path: str) -> Optional[str]:
 
 def config_framework(path: str) -> str:
     """The framework whose adapter simulates the config at ``path``: the installed one when
-    only one is (each adapter reads only its own framework's configs); where both are, the
-    one the config is :func:`written_for`, and MMEngine when that says neither.
+    only one is (each adapter reads only its own framework's configs); where more are, the
+    one the config is :func:`written_for`, and the table's first (MMEngine) when that says
+    none.
 
     Args:
         path (str): The config file.
@@ -116,4 +99,4 @@ def config_framework(path: str) -> str:
     installed = installed_frameworks()
     if len(installed) == 1:
         return next(iter(installed))
-    return written_for(path) or MMENGINE
+    return written_for(path) or FRAMEWORKS[0].name

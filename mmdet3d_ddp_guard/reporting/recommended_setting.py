@@ -3,11 +3,9 @@ verdict of the summaries (``UnusedParamsHook``'s file, ``summarize``, ``check``)
 from typing import Tuple
 
 from ..guard.iteration_usage import UsageStatistics
-from ..messages.config_lines import MMENGINE_LINES
 
 
-def recommended_setting(statistics: UsageStatistics,
-                        guarded: str = MMENGINE_LINES.guard) -> Tuple[str, str]:
+def recommended_setting(statistics: UsageStatistics, guarded: str) -> Tuple[str, str]:
     """The config line that fits a model with this usage, and why (for summaries and the
     check command); ``guarded`` is the line that puts the guard on this framework's run
     (``ConfigLines.guard``: MMEngine's Runner builds the wrapper the config names; under mmcv

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence
 from ..guard.errors import unused_parameters_error
 from ..guard.iteration_usage import IterationUsage, ResolvedIteration
 from ..guard.usage_record import ParamUsageRecord
-from ..messages.config_lines import MMENGINE_LINES, ConfigLines
+from ..messages.config_lines import ConfigLines
 from ..messages.parameter_text import grouped_lines
 from .history_file import HistoryFile, history_path, read_history, table_path, write_table
 from .summary import summary_dict, summary_text, write_summary
@@ -48,7 +48,7 @@ class UsageReport:
             left parameters unreached (the hook's own record under plain DDP's fast path,
             see :func:`~.report_options.plain_ddp_fast_path`). Defaults to False.
         lines (ConfigLines): The framework's words, for the summary's recommended line
-            and the stop's fix. Defaults to MMEngine's.
+            and the stop's fix.
     """
 
     def __init__(self,
@@ -62,7 +62,8 @@ class UsageReport:
                  main_process: bool = True,
                  guarded_wrapper=None,
                  stops_unreached: bool = False,
-                 lines: ConfigLines = MMENGINE_LINES):
+                 *,
+                 lines: ConfigLines):
         self.record = record
         self.out_dir = out_dir
         self.logger = logger

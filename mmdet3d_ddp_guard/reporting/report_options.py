@@ -10,7 +10,7 @@ from typing import Optional
 from torch.nn.parallel import DistributedDataParallel
 
 from ..guard.usage_record import ParamUsageRecord
-from ..messages.config_lines import MMENGINE_LINES, ConfigLines
+from ..messages.config_lines import ConfigLines
 from .report import UsageReport
 
 #: The hook's options, named in its errors.
@@ -47,7 +47,7 @@ class ReportOptions:
         self.report: Optional[UsageReport] = None
 
     def start_report(self, model, module, guarded: bool, work_dir: str, logger,
-                     main_process: bool, lines: ConfigLines = MMENGINE_LINES) -> None:
+                     main_process: bool, lines: ConfigLines) -> None:
         """What both hooks' ``before_run`` do: the record (the guarded wrapper's own, one
         set of autograd hooks, whose resolved iterations the wrapper now keeps for the
         report; else one of the hook's own on ``module``), the report, and its summary as

@@ -8,12 +8,11 @@ from typing import Dict, List, Optional
 from .recommended_setting import recommended_setting
 from ..guard.iteration_usage import UsageStatistics
 from ..messages.parameter_text import format_rows, owner_of
-from ..messages.config_lines import MMENGINE_LINES
 from ..messages.ddp_outcome import FAILS, OK, UNDEFINED_GRADIENTS_ONLY, outcome_line
 
 
 def summary_dict(table, statistics: UsageStatistics, world_size: int,
-                 guard_setting: str = MMENGINE_LINES.guard) -> Dict:
+                 guard_setting: str) -> Dict:
     """The summary as a JSON-ready dict: counts, the verdict, and a row per parameter that was
     ever unused. ``table`` is a :class:`ParamTable` or, in a post-mortem, a
     :class:`~.history_file.RecordedTable`; ``guard_setting`` the config line that puts the

@@ -30,9 +30,9 @@ from mmdet3d_ddp_guard.rank_simulation.check_report import import_line
 from mmdet3d_ddp_guard.rank_simulation.config_framework import (
     config_file_keys, config_framework, framework_of_config, written_for)
 from demo.launch import free_port, kill_process_tree
-from mmdet3d_ddp_guard.messages.config_lines import MMCV1_LINES
+from mmdet3d_ddp_guard.environment.framework_table import MMCV1_LINES
 from mmdet3d_ddp_guard.environment.frameworks import installed_frameworks
-from mmdet3d_ddp_guard.messages.framework_names import MMCV1, MMENGINE
+from mmdet3d_ddp_guard.environment.framework_table import MMCV1, MMENGINE
 from tests.openmmlab1.tiny_coco import make_tiny_coco
 from tests.timeouts import scaled
 

@@ -9,7 +9,7 @@ from mmcv.parallel import DataContainer, MMDistributedDataParallel, collate, sca
 from mmcv.utils import Config
 
 import mmdet3d_ddp_guard
-from mmdet3d_ddp_guard.messages.config_lines import MMCV1_LINES
+from mmdet3d_ddp_guard.environment.framework_table import MMCV1_LINES
 from mmdet3d_ddp_guard.openmmlab1 import GuardedMMDistributedDataParallel
 from mmdet3d_ddp_guard.openmmlab1.cpu_launch import (CPUCompatibleMMDistributedDataParallel,
                                                      unwrap_for_one_device)

@@ -9,6 +9,7 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 from torch.nn.parallel import DistributedDataParallel
 
+from ...environment.framework_table import MMENGINE_LINES
 from ...environment.versions import graph_search_accumulates_right
 from ..accumulation import ACCUMULATION_BUG_UNGUARDED, configured_accumulation
 from ...guard.iteration_usage import IterationUsage
@@ -91,7 +92,7 @@ class UnusedParamsHook(ReportOptions, Hook):
         if not guarded:
             self._warn_graph_search_accumulation(runner, model)
         self.start_report(model, model.module if is_model_wrapper(model) else model, guarded,
-                          runner.work_dir, runner.logger, is_main_process())
+                          runner.work_dir, runner.logger, is_main_process(), MMENGINE_LINES)
         self.report.prepare_out_dir(fresh=not runner._resume)
         if self._loaded_before_run is not None:
             self.report.restore(*self._loaded_before_run, resumed=runner._resume)

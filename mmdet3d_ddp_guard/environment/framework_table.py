@@ -1,0 +1,185 @@
+"""The one table of the frameworks the guard adapts to, a row per framework.
+
+A row says everything that differs between frameworks outside their adapter folders: how to
+find the framework installed (without importing it), the adapter package that serves it and
+what the package exports from it, how to tell a config written for it, the config lines its
+messages name (:class:`~mmdet3d_ddp_guard.messages.config_lines.ConfigLines`), where its
+training takes the seed from, and the words that differ. Everything else (``check``,
+``summarize``, the reports, the messages, the guard) dispatches through the rows and compares
+no framework's name, so that adding a framework means an adapter folder and a row here
+(``tests/test_layout.py`` counts the modules outside both that name a framework: none).
+"""
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+from ..messages.config_lines import ConfigLines
+
+#: The frameworks' names, the keys of :func:`~.frameworks.installed_frameworks`.
+MMENGINE, MMCV1 = 'mmengine', 'mmcv-full'
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework's row.
+
+    Attributes:
+        name (str): Its key (:data:`MMENGINE`, :data:`MMCV1`).
+        title (str): How a message names it.
+        short_title (str): How a message names it among others (``under ...``).
+        adapter (str): The package's subpackage that adapts the guard to it.
+        exports (tuple[str]): What ``mmdet3d_ddp_guard`` re-exports from the adapter.
+        lines (ConfigLines): The config lines its messages name.
+        distributions (tuple): ``(distribution, below)`` pairs, in order: the framework is
+            installed when one of these distributions is, below version ``below`` (a
+            ``(major, minor)``; None: any version).
+        written_for (callable): ``written_for(cfg)``, whether a config's top-level keys
+            are this framework's.
+        runner_types (tuple[str]): The ``runner = dict(type=...)`` of its configs, if any.
+        seed_key (str): The config key its training takes the seed from; ``check --seed``
+            sets it.
+        seed_set_by_train_script (bool): Its train scripts overwrite the config's seed with
+            their own ``--seed`` (``check`` then says which seed it simulated).
+        guard_is_import_line (bool): The guard's whole config setting is the
+            ``custom_imports`` line (no wrapper line, no hook line).
+        without_the_guard (str): How to train without the guard, in its words.
+        minimum (tuple[int, int]): The oldest ``(major, minor)`` the guard supports.
+        too_old (str): The refusal of an older one; ``{version}``, the installed one.
+        to_install (str): What to install for it, where no framework is.
+    """
+    name: str
+    title: str
+    short_title: str
+    adapter: str
+    exports: Tuple[str, ...]
+    lines: ConfigLines
+    distributions: Tuple[Tuple[str, Optional[Tuple[int, int]]], ...]
+    written_for: Callable[[Mapping[str, Any]], bool]
+    runner_types: Tuple[str, ...]
+    seed_key: str
+    seed_set_by_train_script: bool
+    guard_is_import_line: bool
+    without_the_guard: str
+    minimum: Tuple[int, int]
+    too_old: str
+    to_install: str
+
+
+def _written_for_mmengine(cfg: Mapping[str, Any]) -> bool:
+    """MMEngine's keys: ``optim_wrapper``, ``train_dataloader``, ``default_scope``, or a
+    ``train_cfg`` loop (mmcv 1.x reads none of them)."""
+    if any(key in cfg for key in ('optim_wrapper', 'train_dataloader', 'default_scope')):
+        return True
+    train_cfg = cfg.get('train_cfg')
+    return isinstance(train_cfg, Mapping) and (
+        str(train_cfg.get('type', '')).endswith('TrainLoop')
+        or 'max_epochs' in train_cfg or 'max_iters' in train_cfg)
+
+
+#: mmcv 1.x's runners, named by ``runner = dict(type=...)`` in a 1.x config (and the
+#: ``runner_type`` values whose data mmdet's ``build_dataloader`` builds).
+_MMCV1_RUNNERS = ('IterBasedRunner', 'EpochBasedRunner')
+
+
+def _written_for_mmcv1(cfg: Mapping[str, Any]) -> bool:
+    """mmcv 1.x's keys: ``optimizer_config``, a ``runner`` of its types, or ``data.train``."""
+    runner, data = cfg.get('runner'), cfg.get('data')
+    return ('optimizer_config' in cfg
+            or isinstance(runner, Mapping) and runner.get('type') in _MMCV1_RUNNERS
+            or isinstance(data, Mapping) and 'train' in data)
+
+
+# In order: a config whose keys are MMEngine's is MMEngine's (its keys win), and MMEngine is
+# the framework ``check`` reads a config with where the keys say neither.
+FRAMEWORKS: Tuple[Framework, ...] = (
+    Framework(
+        name=MMENGINE,
+        title='MMEngine (OpenMMLab 2.x)',
+        short_title='MMEngine',
+        adapter='openmmlab2',
+        exports=('GuardedDDP', 'UnusedParamsHook', 'StallPhaseHook', 'CPUCompatibleMMDDP'),
+        lines=ConfigLines(
+            wrapper='GuardedDDP',
+            guard="model_wrapper_cfg = dict(type='GuardedDDP')",
+            mode_template=("model_wrapper_cfg = dict(type='GuardedDDP', "
+                           'find_unused_parameters={value})'),
+            # GuardedDDP refuses a top-level value that disagrees with model_wrapper_cfg's.
+            mode_over_false='and delete any top-level `find_unused_parameters = False`',
+            option_template="model_wrapper_cfg = dict(type='GuardedDDP', {option}={value})",
+            static_graph_fix=("remove static_graph=True from model_wrapper_cfg and let "
+                              "GuardedDDP choose: model_wrapper_cfg = dict(type='GuardedDDP')"),
+            let_the_guard_choose="Remove it (or write 'auto') to let GuardedDDP choose.",
+            own_wrapper="MMEngine's MMDistributedDataParallel"),
+        distributions=(('mmengine', None), ),
+        written_for=_written_for_mmengine,
+        runner_types=(),
+        seed_key='randomness.seed',
+        seed_set_by_train_script=False,
+        guard_is_import_line=False,
+        without_the_guard=("remove mmdet3d_ddp_guard from custom_imports and "
+                           "`model_wrapper_cfg = dict(type='GuardedDDP')` (or the _base_ file "
+                           'that holds it) from your config, and set find_unused_parameters = '
+                           'True in it instead'),
+        # mmdet3d 1.4 accepts mmengine >= 0.8.0; tested on 0.8.0 and 0.10.7.
+        minimum=(0, 8),
+        too_old=('mmdet3d_ddp_guard needs mmengine >= 0.8 (as mmdet3d 1.4 does), but mmengine '
+                 "{version} is installed: pip install -U 'mmengine>=0.8'."),
+        to_install="MMEngine (mmdet3d >= 1.1: pip install 'mmengine>=0.8')"),
+    # The training scripts pass cfg.get('find_unused_parameters', False) to mmcv's DDP, and
+    # the guard reads the same key: a line at the end of the config also overrides an
+    # inherited one.
+    Framework(
+        name=MMCV1,
+        title='mmcv-full 1.x (OpenMMLab 1.x: mmdet 2.x, mmdet3d 0.x)',
+        short_title='mmcv-full 1.x',
+        adapter='openmmlab1',
+        exports=('GuardedMMDistributedDataParallel', ),
+        lines=ConfigLines(
+            wrapper='MMDistributedDataParallel (guarded by mmdet3d_ddp_guard)',
+            guard=("custom_imports = dict(imports=['mmdet3d_ddp_guard'], "
+                   'allow_failed_imports=False)'),
+            mode_template='find_unused_parameters = {value}',
+            mode_over_false=('in place of `find_unused_parameters = False` (written in your '
+                             'config, it also overrides the False of a _base_ config)'),
+            option_template='ddp_guard = dict({option}={value})',
+            static_graph_fix=('remove static_graph=True (or _set_static_graph()) from the '
+                              "training script's MMDistributedDataParallel(...) and let the "
+                              'guard choose (the custom_imports line is all it needs)'),
+            # The script passed True itself: what the config writes wins over it.
+            let_the_guard_choose=("To let the guard choose, add this line to your config: "
+                                  "find_unused_parameters='auto'."),
+            own_wrapper="mmcv's MMDistributedDataParallel"),
+        # mmcv below 2.0 is mmcv-full's lite build.
+        distributions=(('mmcv-full', None), ('mmcv', (2, 0))),
+        written_for=_written_for_mmcv1,
+        runner_types=_MMCV1_RUNNERS,
+        seed_key='seed',
+        seed_set_by_train_script=True,
+        guard_is_import_line=True,
+        without_the_guard=('remove mmdet3d_ddp_guard from custom_imports and set '
+                           'find_unused_parameters = True in your config instead'),
+        # BEVFormer, MapTR, PETR and bevfusion pin mmcv-full 1.4.0; tested on 1.7.2.
+        minimum=(1, 4),
+        too_old=('mmdet3d_ddp_guard supports mmcv-full >= 1.4 (tested on 1.7.2), but mmcv-full '
+                 '{version} is installed. Upgrade it within 1.x as your codebase allows (e.g. '
+                 "pip install 'mmcv-full==1.4.0', as BEVFormer pins), or remove "
+                 'mmdet3d_ddp_guard from custom_imports and set find_unused_parameters = True '
+                 'in your config instead.'),
+        to_install=("mmcv-full 1.x for mmdet 2.x / mmdet3d 0.x (see mmcv's install guide: it "
+                    'is compiled for your torch and CUDA)')),
+)
+
+_BY_NAME: Dict[str, Framework] = {row.name: row for row in FRAMEWORKS}
+
+
+def framework(name: str) -> Framework:
+    """The row of the framework named ``name``."""
+    return _BY_NAME[name]
+
+
+def rows_of(names: Sequence[str]) -> Tuple[Framework, ...]:
+    """The rows of ``names``, in the table's order."""
+    return tuple(row for row in FRAMEWORKS if row.name in names)
+
+
+#: Each adapter's config lines, which its messages name.
+MMENGINE_LINES, MMCV1_LINES = framework(MMENGINE).lines, framework(MMCV1).lines
