@@ -10,7 +10,11 @@ unused on one rank, plainly and with gradient accumulation, and
   function of the adapter's folder while the steps run (a profile of every Python call):
   the adapter passes everything down, the guard calls nothing back.
 
-Both hold with the steps run as a test runs them and under the framework's real runner with
+- control enters the package only from torch (autograd's and DDP's hooks, a collective), the
+  framework (its runner, hooks and optim wrapper, into the adapter; the collectives the stall
+  guard records), Python's own machinery and the test.
+
+These hold with the steps run as a test runs them and under the framework's real runner with
 the adapter's UnusedParamsHook attached (and a logger hook every 2 iterations), where the
 hook pulls the resolved iterations from the wrapper for its report.
 
@@ -22,6 +26,7 @@ import os.path as osp
 import sys
 
 import pytest
+import torch
 
 import mmdet3d_ddp_guard
 from mmdet3d_ddp_guard.environment.frameworks import installed_frameworks
@@ -35,6 +40,23 @@ FRAMEWORK_FREE_FOLDERS = tuple(osp.join(PACKAGE, name) + osp.sep
                                for name in ('guard', 'stall_guard', 'reporting', 'messages',
                                             'environment', 'rank_simulation'))
 ITERATIONS = 4
+TORCH = osp.dirname(torch.__file__) + osp.sep
+PYTHON = osp.dirname(osp.__file__) + osp.sep
+
+
+def _caller_kind(path: str) -> str:
+    """Who called into the package: torch (autograd's engine, DDP's reducer, a module's
+    call), the framework (its runner, hooks, optim wrapper), Python (a context manager's
+    ``with``), the test's own steps, or something else."""
+    if path.startswith(TORCH):
+        return 'torch'
+    if any(f'{osp.sep}{name}{osp.sep}' in path for name in ('mmengine', 'mmcv')):
+        return 'framework'
+    if path.startswith(PYTHON):
+        return 'python'
+    if path.startswith(osp.join(osp.dirname(PACKAGE), 'tests') + osp.sep):
+        return 'test'
+    return path
 
 
 def _steps_and_crossings(rank: int, world_size: int, case_name: str, work_dir: str = None):
@@ -70,6 +92,8 @@ def _steps_and_crossings(rank: int, world_size: int, case_name: str, work_dir: s
     GuardedWrapper.settle_after_backward = recorded_settle_after_backward
     crossings = set()
 
+    entries = set()
+
     def profile(frame, event, arg):
         if event != 'call' or frame.f_back is None:
             return
@@ -78,6 +102,10 @@ def _steps_and_crossings(rank: int, world_size: int, case_name: str, work_dir: s
                 and caller.co_filename.startswith(FRAMEWORK_FREE_FOLDERS):
             crossings.add(f'{osp.relpath(caller.co_filename, PACKAGE)}:{caller.co_name} -> '
                           f'{osp.relpath(callee.co_filename, PACKAGE)}:{callee.co_name}')
+        if callee.co_filename.startswith(PACKAGE + osp.sep) \
+                and not caller.co_filename.startswith(PACKAGE + osp.sep):
+            entries.add((_caller_kind(caller.co_filename),
+                         f'{osp.relpath(callee.co_filename, PACKAGE)}:{callee.co_name}'))
 
     ddp = adapter.wrap(adapter.model(ContractNet()), True, 'auto')
     # In the runner, mmcv's GradientCumulativeOptimizerHook takes the accumulation.
@@ -109,7 +137,8 @@ def _steps_and_crossings(rank: int, world_size: int, case_name: str, work_dir: s
                 reported = [json.loads(line)['iter'] for line in lines]
         else:
             reported = list(range(ITERATIONS))
-    return dict(calls=calls, crossings=sorted(crossings), revised=revised, reported=reported)
+    return dict(calls=calls, crossings=sorted(crossings), revised=revised, reported=reported,
+                entries=sorted(entries))
 
 
 @pytest.mark.timeout(240)
@@ -134,6 +163,16 @@ def test_every_step_calls_down_in_one_order_and_nothing_calls_back(case_name, wh
         assert result['revised'], rank
         if work_dir is not None:
             assert result['reported'] == list(range(ITERATIONS)), (rank, result['reported'])
+        # Control enters the package only from torch (autograd's hooks, DDP's comm hook, a
+        # collective), the framework, Python's own machinery (a ``with``) and this test; the
+        # framework enters the framework-free folders only through the recorded collective
+        # functions, everything else through its adapter.
+        kinds = {kind for kind, _ in result['entries']}
+        assert kinds <= {'torch', 'framework', 'python', 'test'}, result['entries']
+        framework_free = {callee for kind, callee in result['entries'] if kind == 'framework'
+                          and not callee.startswith(('openmmlab1', 'openmmlab2'))}
+        assert framework_free <= {'stall_guard/recording_functions.py:collective'}, \
+            result['entries']
 
 
 def test_the_adapter_s_wrapper_gives_the_guard_every_duty():
