@@ -42,6 +42,8 @@ FRAMEWORK_FREE_FOLDERS = tuple(osp.join(PACKAGE, name) + osp.sep
 ITERATIONS = 4
 TORCH = osp.dirname(torch.__file__) + osp.sep
 PYTHON = osp.dirname(osp.__file__) + osp.sep
+# The tests' folder: the version matrix's legs run a copy of it beside an installed package.
+TESTS = osp.dirname(osp.abspath(__file__)) + osp.sep
 
 
 def _caller_kind(path: str) -> str:
@@ -54,7 +56,7 @@ def _caller_kind(path: str) -> str:
         return 'framework'
     if path.startswith(PYTHON):
         return 'python'
-    if path.startswith(osp.join(osp.dirname(PACKAGE), 'tests') + osp.sep):
+    if path.startswith(TESTS):
         return 'test'
     return path
 
