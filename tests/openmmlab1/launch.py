@@ -23,6 +23,10 @@ def train(script: str, config: str, work_dir: str, data_root: str, nproc: int = 
     (custom_imports)."""
     if not osp.isdir(osp.join(data_root, 'annotations')):
         make_tiny_coco(data_root)
-    env = dict(TINY_COCO_ROOT=data_root.rstrip('/') + '/')
+    # Unbuffered: Python before 3.9 block-buffers a non-interactive stderr, so two ranks
+    # that raise at once would interleave their tracebacks in torchrun's shared stderr at
+    # any byte (seen in CI: a rank's error class cut in two); unbuffered, each line of a
+    # traceback is one write, whole.
+    env = dict(TINY_COCO_ROOT=data_root.rstrip('/') + '/', PYTHONUNBUFFERED='1')
     return torchrun_train(config, work_dir, nproc=nproc, cfg_options=list(cfg_options),
                           timeout=timeout, env=env, train_args=['--seed', '0'], script=script)

@@ -105,10 +105,10 @@ def test_false_written_is_the_strict_fast_path_every_rank_names_the_parameters(d
     assert run.returncode != 0 and not run.timed_out, run.output[-3000:]
     assert _decision(run.output).startswith(
         "mode='strict' (requested find_unused_parameters=False, from config top-level")
-    # One traceback per rank, the same words. The ranks share torchrun's stderr, where
-    # Python writes an exception's class and its message in separate writes: two ranks
-    # ending at once can interleave them on one line (seen once in CI, 2026-12-02), so the
-    # class and the message are counted apart.
+    # One traceback per rank, the same words. The ranks share torchrun's stderr: two ranks
+    # ending at once could interleave their tracebacks (seen in CI, 2026-12-02 and -04,
+    # before launch.train ran them unbuffered), so the class and the message are counted
+    # apart.
     assert run.output.count('UnusedParametersError: ') == 2, run.output[-4000:]
     errors = re.findall(r'MMDistributedDataParallel \(guarded by mmdet3d_ddp_guard\): '
                         r'parameters received no gradient[^\n]*', run.output)
