@@ -71,6 +71,13 @@ def collective_text(entry: Sequence) -> str:
     return f'{where}, its {ordinal(nth)} collective of iteration {iteration}'
 
 
+def issued_text(entry: Sequence, with_numel: bool) -> str:
+    """What a rank issued, in the words that tell it from the others' (its element count
+    too, ``with_numel``, where only the counts differ): ranks with the same words share a
+    line of :func:`collective_differs_text`."""
+    return collective_text(entry) + (f' ({entry[2]} elements)' if with_numel else '')
+
+
 def place_text(place: Optional[dict]) -> str:
     """Where a rank is, from the place the stall guard found for it (None: it did not
     answer): ``error``, ``call`` (``op`` and ``where``), ``in_gradient_all_reduce``,
@@ -109,15 +116,12 @@ def digests_differ_text(group: Optional[str], known_from: int, kept: int) -> str
 
 
 def collective_differs_text(group: Optional[str], index: int,
-                            issued_by: Sequence[Tuple[Sequence[int], Sequence, bool]],
+                            issued_by: Sequence[Tuple[Sequence[int], str]],
                             gone_past: Sequence[Tuple[int, int]]) -> str:
-    """The ``index``-th collective on ``group`` differs: ``issued_by`` holds (ranks, entry,
-    whether to name its element count) per distinct collective; ``gone_past`` (rank,
-    iteration) the ranks that went on without issuing it."""
-    parts = []
-    for ranks, entry, with_numel in issued_by:
-        words = collective_text(entry) + (f' ({entry[2]} elements)' if with_numel else '')
-        parts.append(f'{ranks_text(ranks)}: {words}')
+    """The ``index``-th collective on ``group`` differs: ``issued_by`` holds (ranks,
+    :func:`issued_text`) per distinct collective; ``gone_past`` (rank, iteration) the ranks
+    that went on without issuing it."""
+    parts = [f'{ranks_text(ranks)}: {words}' for ranks, words in issued_by]
     for rank, iteration in gone_past:
         parts.append(f'{ranks_text([rank])}: none (it went on to iteration {iteration} '
                      'without it)')
@@ -135,7 +139,7 @@ def deadlock_text(issued: Sequence[Tuple[int, Sequence[int]]]) -> str:
             'static_graph, a C++ collective) may be the one that differs.')
 
 
-def diagnosis_text(stalled_for: float, places: Sequence[Tuple[Sequence[int], Optional[dict]]],
+def diagnosis_text(stalled_for: float, places: Sequence[Tuple[Sequence[int], str]],
                    raised: Sequence[int], others_wait: bool, mismatch: Optional[str],
                    deadlock: Optional[str], goes_on: Optional[str], waiting: Sequence[int],
                    busy: Sequence[int], silent: Sequence[int]) -> str:
@@ -143,7 +147,7 @@ def diagnosis_text(stalled_for: float, places: Sequence[Tuple[Sequence[int], Opt
 
     Args:
         stalled_for (float): The stall timeout, in seconds.
-        places: (ranks, place) per distinct place (:func:`place_text`).
+        places: (ranks, :func:`place_text`) per distinct place.
         raised (list[int]): The ranks that raised.
         others_wait (bool): Some ranks raised while the others wait for them.
         mismatch (str, optional): The collectives that differ (:func:`digests_differ_text`
@@ -154,7 +158,7 @@ def diagnosis_text(stalled_for: float, places: Sequence[Tuple[Sequence[int], Opt
             have not answered).
     """
     header = f'mmdet3d_ddp_guard stall guard: no rank has moved for {stalled_for:g} s.'
-    lines = ['Where each rank is:'] + [f'  {ranks_text(ranks)}: {place_text(place)}'
+    lines = ['Where each rank is:'] + [f'  {ranks_text(ranks)}: {place}'
                                        for ranks, place in places]
     if goes_on is None:
         causes = []

@@ -77,13 +77,13 @@ def report(summary: dict, prediction: dict, table, framework: str,
             (:func:`train_script_seed_text`).
         notes (list[str]): More to say about how the config was read (the 1.x plugin).
     """
-    framework = framework_row(framework)
+    row = framework_row(framework)
     lines = ['', '=' * 78, summary_text(summary), '',
              prediction_text(prediction, table, max_rows=MAX_TABLE_ROWS)]
-    if not prediction['seed_from_config'] and framework.seed_set_by_train_script:
+    if not prediction['seed_from_config'] and row.seed_set_by_train_script:
         lines.append(train_script_seed_text(prediction['seed'], config_seed))
     elif not prediction['seed_from_config']:
-        lines.append(f'The config sets no {framework.seed_key}, so a shuffling sampler orders '
+        lines.append(f'The config sets no {row.seed_key}, so a shuffling sampler orders '
                      f'the data differently in every run; this prediction used seed '
                      f'{prediction["seed"]} (--seed sets one).')
     lines += list(notes)
@@ -93,7 +93,7 @@ def report(summary: dict, prediction: dict, table, framework: str,
     else:
         lines += ['', 'Add to your config:']
     lines.append(f'    {import_line(custom_imports)}')
-    if framework.guard_is_import_line:
+    if row.guard_is_import_line:
         lines += ['(it guards every MMDistributedDataParallel the training builds), and '
                   'delete any top-level `find_unused_parameters = ...` line.', '=' * 78]
         return '\n'.join(lines)

@@ -73,10 +73,14 @@ class UsageReport:
         self.plot = plot
         self.main_process = main_process
         self.guarded_wrapper = guarded_wrapper
-        self.drives_record = guarded_wrapper is None
         self.stops_unreached = stops_unreached
         self.lines = lines
         self.history = HistoryFile(history_path(out_dir, prefix), logger)
+
+    @property
+    def drives_record(self) -> bool:
+        """Whether the report owns its record, and so starts and ends its iterations."""
+        return self.guarded_wrapper is None
 
     # -- the run's start ----------------------------------------------------------------
 

@@ -29,8 +29,8 @@ who waits for whom and the run goes on. What it found is handed to
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from ..messages.stall_guard_text import (collective_differs_text, collective_text,
-                                         deadlock_text, diagnosis_text, digests_differ_text,
+from ..messages.stall_guard_text import (collective_differs_text, deadlock_text,
+                                         diagnosis_text, digests_differ_text, issued_text,
                                          place_text)
 from .collective_log import KEPT_PER_GROUP, OTHER_THREAD, WORLD
 from .phases import GRADIENT_PHASES, Phase
@@ -100,10 +100,10 @@ def _differ_before(index: int, published: Dict[int, dict]) -> bool:
 
 def _compare(index: int, published: Dict[int, dict], issued: Dict[int, int],
              ranks: Dict[int, dict], training_thread: bool
-             ) -> Optional[Tuple[List[Tuple[List[int], list, bool]], List[Tuple[int, int]]]]:
-    """None when the ranks' ``index``-th collectives pair; else (ranks, entry, whether its
-    element count tells it apart) per distinct collective, and (rank, iteration) per rank
-    that went on without it."""
+             ) -> Optional[Tuple[List[Tuple[List[int], str]], List[Tuple[int, int]]]]:
+    """None when the ranks' ``index``-th collectives pair; else (ranks, their collective's
+    words) per distinct collective, and (rank, iteration) per rank that went on without
+    it."""
     entries = {rank: published[rank].get(index) for rank in ranks if issued[rank] > index}
     if any(entry is None for entry in entries.values()):
         return None  # older than a rank's kept entries: not comparable
@@ -119,12 +119,11 @@ def _compare(index: int, published: Dict[int, dict], issued: Dict[int, int],
     if len(ops) < 2 and len(numels) < 2 and not gone_past:
         return None
     # Ranks whose collectives read the same share a line.
-    by_collective: Dict[tuple, Tuple[List[int], list, bool]] = {}
+    by_collective: Dict[str, List[int]] = {}
     for rank, entry in sorted(entries.items()):
-        with_numel = entry[2] is not None and len(numels) > 1
-        key = (collective_text(entry), entry[2] if with_numel else None)
-        by_collective.setdefault(key, ([], entry, with_numel))[0].append(rank)
-    return (list(by_collective.values()),
+        words = issued_text(entry, with_numel=entry[2] is not None and len(numels) > 1)
+        by_collective.setdefault(words, []).append(rank)
+    return ([(ranks, words) for words, ranks in by_collective.items()],
             [(rank, ranks[rank]['iteration']) for rank in gone_past])
 
 
@@ -157,10 +156,9 @@ def diagnose(positions: Dict[int, Optional[dict]], stalled_for: float,
     busy = sorted(rank for rank, p in answered.items()
                   if p['error'] is None and rank not in waiting)
     # Ranks at the same place share a line: one line per place, not per rank.
-    places: Dict[str, Tuple[List[int], Optional[dict]]] = {}
+    places: Dict[str, List[int]] = {}
     for rank in sorted(positions):
-        place = _place(positions[rank])
-        places.setdefault(place_text(place), ([], place))[0].append(rank)
+        places.setdefault(place_text(_place(positions[rank])), []).append(rank)
     others_wait = bool(raised) and len(raised) < len(positions)
     mismatch = first_mismatch(answered)
     counts = None
@@ -178,6 +176,6 @@ def diagnose(positions: Dict[int, Optional[dict]], stalled_for: float,
         goes_on = 'silent'
     else:
         goes_on = 'same_collective' if waiting else 'no_wait'
-    return Diagnosis(stop, diagnosis_text(stalled_for, list(places.values()), raised,
-                                          others_wait, mismatch, deadlock, goes_on, waiting,
-                                          busy, silent))
+    places_of_ranks = [(ranks, text) for text, ranks in places.items()]
+    return Diagnosis(stop, diagnosis_text(stalled_for, places_of_ranks, raised, others_wait,
+                                          mismatch, deadlock, goes_on, waiting, busy, silent))
