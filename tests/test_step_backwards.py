@@ -66,7 +66,7 @@ def test_a_checkpointed_head_settles_at_the_end_of_the_outer_backward():
     def heads(f):
         return steps.model['head_a'](f).sum() + steps.model['head_b'](f).sum()
     loss = checkpoint(heads, features)
-    steps.backwards.expect_backwards(loss, reduces=True)
+    steps.backwards.expect_backwards([loss], reduces=True)
     loss.backward()
     assert steps.settled == [ALL]
     assert steps.model['trunk'].weight.grad.abs().sum() > 0  # not completed with zeros
@@ -80,7 +80,7 @@ def test_a_checkpointed_block_settles_at_the_outer_end_also_without_the_returned
     features = steps.model['trunk'](torch.ones(2, 3))
     loss = checkpoint(lambda f: steps.model['head_a'](f).sum() + steps.model['head_b'](f).sum(),
                       features)
-    steps.backwards.expect_backwards(None, reduces=True)
+    steps.backwards.expect_backwards([], reduces=True)
     (loss * 2).backward()
     assert steps.settled == [ALL]
 
@@ -89,7 +89,7 @@ def test_two_backwards_settle_once_after_the_second():
     steps = Steps()
     steps.begin()
     loss_a, loss_b = steps.losses()
-    steps.backwards.expect_backwards(loss_a + loss_b, reduces=True)
+    steps.backwards.expect_backwards([loss_a + loss_b], reduces=True)
     loss_a.backward(retain_graph=True)
     assert steps.settled == []  # the returned loss still reaches head_b: DDP would wait
     loss_b.backward()
@@ -100,7 +100,7 @@ def test_a_later_backward_into_a_parameter_already_completed_is_an_error():
     steps = Steps()
     steps.begin()
     loss_a, _ = steps.losses()
-    steps.backwards.expect_backwards(loss_a, reduces=True)  # head_b is not in its graph
+    steps.backwards.expect_backwards([loss_a], reduces=True)  # head_b is not in its graph
     loss_a.backward()
     assert steps.settled == [['head_a.bias', 'head_a.weight', 'trunk.bias', 'trunk.weight']]
     _, other_b = steps.losses()
@@ -115,7 +115,7 @@ def test_a_backward_that_left_part_of_the_returned_loss_is_named_at_the_next_ste
     steps = Steps()
     steps.begin()
     loss_a, loss_b = steps.losses()
-    steps.backwards.expect_backwards(loss_a + loss_b, reduces=True)
+    steps.backwards.expect_backwards([loss_a + loss_b], reduces=True)
     loss_a.backward()
     with pytest.raises(RuntimeError, match='^partial: '):
         steps.begin()
@@ -126,7 +126,7 @@ def test_a_backward_outside_the_step_is_ignored():
     for _ in range(2):
         steps.begin()
         loss_a, loss_b = steps.losses()
-        steps.backwards.expect_backwards(loss_a + loss_b, reduces=True)
+        steps.backwards.expect_backwards([loss_a + loss_b], reduces=True)
         (loss_a + loss_b).backward()
         sum(steps.losses()).backward()  # a probe after the step: nothing settles again
     assert steps.settled == [ALL, ALL]
@@ -138,7 +138,7 @@ def test_a_backward_that_raises_leaves_nothing_behind(after_reaching):
     steps.begin()
     loss_a, loss_b = steps.losses()
     loss = loss_a + loss_b
-    steps.backwards.expect_backwards(loss, reduces=True)
+    steps.backwards.expect_backwards([loss], reduces=True)
 
     def out_of_memory(grad):
         raise RuntimeError('out of memory')
@@ -151,6 +151,6 @@ def test_a_backward_that_raises_leaves_nothing_behind(after_reaching):
         return
     steps.begin()  # clean: the next step settles as usual
     loss_a, loss_b = steps.losses()
-    steps.backwards.expect_backwards(loss_a + loss_b, reduces=True)
+    steps.backwards.expect_backwards([loss_a + loss_b], reduces=True)
     (loss_a + loss_b).backward()
     assert steps.settled == [ALL]

@@ -165,7 +165,7 @@ def _backward_ends_seen_by_step_backwards(rank, world_size):
         record.start_iteration()
         ddp.zero_grad()
         loss = ddp(torch.full((2, 4), rank + 1.0)).sum()
-        backwards.expect_backwards(loss, reduces=True)
+        backwards.expect_backwards([loss], reduces=True)
         torch.autograd.backward(loss)
     return dict(calls=calls, grads=grads)
 

@@ -32,12 +32,13 @@ import sys
 import tempfile
 from typing import Mapping, Optional
 
+from ..environment.framework_table import FRAMEWORKS, rows_of
 from ..environment.framework_table import framework as framework_row
-from ..environment.framework_table import rows_of
 from ..environment.frameworks import installed_frameworks
 from ..messages.ddp_outcome import OK
 from ..rank_simulation.check_report import MAX_TABLE_ROWS, import_line, report
-from ..rank_simulation.config_framework import config_file_keys, config_framework, written_for
+from ..rank_simulation.config_framework import (config_file_keys, config_framework,
+                                                config_frameworks, written_for)
 from ..rank_simulation.ddp_prediction import plot_prediction, predict, write_json
 from ..rank_simulation.forward_collective_counts import sync_norm_cfg_keys
 from ..rank_simulation.simulated_ranks import SimulationError, import_codebase_module
@@ -66,9 +67,20 @@ def load_config(path: str, framework: str):
 
 
 def _dict_action():
-    """``--cfg-options``' action: the first installed framework's in the table's order
-    (MMEngine's where installed, else mmcv 1.x's: the same ``key=value`` syntax)."""
-    return _config_reading(rows_of(installed_frameworks())[0].name).DictAction
+    """``--cfg-options``' action: the first installed framework's that reads configs, in
+    the table's order (MMEngine's where installed, else mmcv 1.x's: the same ``key=value``
+    syntax); argparse's own where none is (``check`` then says why it has nothing to do)."""
+    readers = config_frameworks()
+    return _config_reading(readers[0]).DictAction if readers else None
+
+
+def nothing_to_check() -> str:
+    """What ``check`` says where no installed framework reads configs: what each installed
+    one does without a config, and what to install to check a config."""
+    installed = rows_of(installed_frameworks())
+    return ' '.join([row.without_a_config for row in installed] + [
+        'To check a config, install ' + ', or '.join(
+            row.to_install for row in FRAMEWORKS if row.reads_configs) + '.'])
 
 
 def run_check(cfg, world_size: int, iters: int, framework: str,
@@ -196,6 +208,9 @@ def main(args: argparse.Namespace) -> int:
         return BAD_USAGE
     working_directory_on_path()
     framework = config_framework(args.config)
+    if framework is None:
+        print(f'check: {nothing_to_check()}')
+        return BAD_USAGE
     wanted = written_for(args.config)
     if wanted is not None and wanted != framework:
         print(f'check: {args.config} is written for {framework_row(wanted).title}, which is '

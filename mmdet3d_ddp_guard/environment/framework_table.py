@@ -45,6 +45,11 @@ class Framework:
         minimum (tuple[int, int]): The oldest ``(major, minor)`` the guard supports.
         too_old (str): The refusal of an older one; ``{version}``, the installed one.
         to_install (str): What to install for it, where no framework is.
+        reads_configs (bool): Its trainings are described by a config that ``check`` can
+            simulate (a config-reading adapter module, ``rank_simulation``); False for a
+            loop the user writes, which has none.
+        without_a_config (str): What ``check`` says of a training of this framework, which
+            has no config to read; empty where it reads configs.
     """
     name: str
     title: str
@@ -62,6 +67,8 @@ class Framework:
     minimum: Tuple[int, int]
     too_old: str
     to_install: str
+    reads_configs: bool = True
+    without_a_config: str = ''
 
 
 def _written_for_mmengine(cfg: Mapping[str, Any]) -> bool:

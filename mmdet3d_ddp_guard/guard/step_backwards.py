@@ -18,7 +18,9 @@ of the first backward that reaches a parameter":
   then ``loss_b``. mmcv's DDP reduces both: its buckets wait for the second. A backward that
   went through the returned loss covers the step; one that did not (a part of it) ends the
   step only when no parameter it left unreached can still be reached from the returned loss,
-  DDP's own graph search, run only then. If a later backward reaches a parameter that the
+  DDP's own graph search, run only then. Where the step returned several tensors (a plain
+  loop's forward output, as DDP's graph search takes it), each is "the returned loss" until
+  a backward of the step has gone through it. If a later backward reaches a parameter that the
   guard already completed with zeros (one outside that loss's graph, such as one inside a
   checkpointed block the returned loss reaches only through the block), the error
   ``late_backward`` is raised inside that backward, before the optimizer step.
@@ -44,9 +46,10 @@ Private API: ``torch.autograd.Variable._execution_engine.queue_callback`` (the f
 DDP's reducer finalises with), checked by :func:`check_backward_callbacks`.
 """
 import contextlib
+import functools
 import sys
 from dataclasses import dataclass
-from typing import Callable, Optional, Set
+from typing import Callable, List, Optional, Sequence, Set
 
 import torch
 import torch.autograd.function
@@ -123,16 +126,19 @@ class StepErrorTexts:
 
 
 class _Step:
-    """One ``train_step``'s backwards: what they reached and whether they settled."""
+    """One step's backwards: what they reached and whether they settled."""
 
     def __init__(self, iteration: int, hook: str):
         self.iteration = iteration  # the framework's, given at the start of the step
         self.hook = hook  # where the step's backwards run, for the errors' texts
-        self.in_module_step = False  # the model's own train_step is running
-        self.loss: Optional[torch.Tensor] = None  # the returned loss, until settled
+        self.in_module_step = False  # the model's own step (or forward) is running
+        #: What the step returned for its backwards (mmcv 1.x: the loss; a plain loop: every
+        #: tensor of the forward's output, as DDP's graph search takes them) that no
+        #: backward of the step has gone through yet; emptied when settled.
+        self.outputs: List[torch.Tensor] = []
         self.reduces = False  # DDP's reducer was prepared for this step's backwards
         self.reached = False  # a backward of the step reached a parameter
-        self.waiting = False  # a backward ended; the returned loss still reaches more
+        self.waiting = False  # a backward ended; the returned outputs still reach more
         self.settled = False
         self.completed: Set[torch.Tensor] = set()  # filled with zeros when it settled
 
@@ -162,7 +168,6 @@ class StepBackwards:
         self._texts = texts
         self._step: Optional[_Step] = None
         self._armed = False  # a final callback is queued on the running outer backward
-        self._through_loss = False  # the running outer backward went through the loss
         self._settling = False
         self._record.on_parameter_reached(self._parameter_reached)
 
@@ -172,7 +177,7 @@ class StepBackwards:
         previous step left behind is cleared (or raised, where DDP cannot go on), and
         backwards count again."""
         previous, self._step = self._step, _Step(iteration, hook)
-        armed, self._armed, self._through_loss = self._armed, False, False
+        armed, self._armed = self._armed, False
         if previous is None or previous.settled:
             return
         if armed and previous.reduces and previous.reached:
@@ -192,21 +197,25 @@ class StepBackwards:
         finally:
             self._step.in_module_step = False
 
-    def expect_backwards(self, loss: Optional[torch.Tensor], reduces: bool) -> None:
-        """After the step's forward: ``loss`` is the tensor it returned for the optimizer
-        hook to back-propagate (None when it returned none), ``reduces`` whether DDP's
-        reducer was prepared."""
+    def expect_backwards(self, outputs: Sequence[torch.Tensor], reduces: bool) -> None:
+        """After the step's forward: ``outputs`` are the tensors it returned for the step's
+        backwards to go through (mmcv 1.x: the loss for the optimizer hook; a plain loop:
+        every tensor of the forward's output), ``reduces`` whether DDP's reducer was
+        prepared. A step settles at the end of its first outer backward that reaches a
+        parameter, unless an output no backward went through yet still reaches a parameter
+        left without a gradient (then a later backward of the step is awaited)."""
         step = self._step
         step.reduces = reduces
-        if loss is not None and loss.requires_grad:
-            step.loss = loss
-            loss.register_hook(self._loss_reached)
+        step.outputs = [output for output in outputs if output.requires_grad]
+        for output in step.outputs:
+            # By id: the tensor's own hook holding the tensor would be a reference cycle.
+            output.register_hook(functools.partial(self._output_reached, id(output)))
 
-    def _loss_reached(self, grad: torch.Tensor) -> None:
+    def _output_reached(self, output_id: int, grad: torch.Tensor) -> None:
         step = self._step
         if self._settling or step is None or step.settled:
             return
-        self._through_loss = True
+        step.outputs = [known for known in step.outputs if id(known) != output_id]
         if not self._armed:
             self._arm()
 
@@ -234,20 +243,20 @@ class StepBackwards:
 
     def _backward_over(self) -> None:
         self._armed = False
-        through_loss, self._through_loss = self._through_loss, False
         step = self._step
-        if not through_loss and step.loss is not None and self._loss_reaches_unreached(step):
+        if step.outputs and self._outputs_reach_unreached(step):
             step.waiting = True
             return
         self._settle(step)
 
-    def _loss_reaches_unreached(self, step: _Step) -> bool:
+    def _outputs_reach_unreached(self, step: _Step) -> bool:
         params = self._record.table.params
         unreached = {params[i] for i in self._record.local_unreached()}
-        return bool(unreached) and reaches_any(step.loss, unreached)
+        return bool(unreached) and any(reaches_any(output, unreached)
+                                       for output in step.outputs)
 
     def _settle(self, step: _Step) -> None:
-        step.waiting, step.settled, step.loss = False, True, None
+        step.waiting, step.settled, step.outputs = False, True, []
         if step.in_module_step:
             raise RuntimeError(self._texts.own_backward_in_train_step.format(
                 model=type(self._wrapper.module).__name__))

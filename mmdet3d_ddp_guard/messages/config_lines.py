@@ -28,6 +28,7 @@ class ConfigLines:
         let_the_guard_choose (str): How to let the guard choose where the training
             script (not the config's top level) asked for DDP's graph search.
         own_wrapper (str): The framework's own DDP wrapper, the one the guard replaces.
+        where (str): Where the user writes these lines (``in your config``).
     """
     wrapper: str
     guard: str
@@ -37,6 +38,7 @@ class ConfigLines:
     static_graph_fix: str
     let_the_guard_choose: str
     own_wrapper: str
+    where: str = 'in your config'
 
     def mode(self, value) -> str:
         """The line that asks for ``find_unused_parameters=value``."""

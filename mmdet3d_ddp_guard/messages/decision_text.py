@@ -34,8 +34,7 @@ MODE_EXPLANATIONS = {
         "DDP's fast path with no safety net, at the cost of 'auto' when nothing is "
         'unused. If a rank leaves parameters unreached, its buckets are completed so '
         'that no rank hangs, and every rank stops before the next forward with the same '
-        'clear error (which ranks, names, shapes, modules, the config line that fixes '
-        'it).'),
+        'clear error (which ranks, names, shapes, modules, the line that fixes it).'),
 }
 
 #: What a run that accumulates gradients gets instead of DDP's graph search before torch 2.4.

@@ -22,7 +22,7 @@ def unused_parameters_message(table, offenders: Mapping[int, Sequence[int]], ite
              'every rank stops here instead.']
     for rank, ids in offenders.items():
         parts += [f'rank {rank}: {len(ids)} parameters', parameter_rows(table, ids)]
-    parts.append(f'Fix: let the guard handle them, in your config:\n    {lines.mode("auto")}\n'
+    parts.append(f'Fix: let the guard handle them, {lines.where}:\n    {lines.mode("auto")}\n'
                  f'{lines.mode_over_false}. Or make the model use these parameters in the '
                  'loss of every iteration.')
     return '\n'.join(parts)
@@ -77,3 +77,14 @@ def backward_callbacks_missing(torch_version: str, missing: Sequence[str]) -> st
             'which the mmcv 1.x adapter needs to find the end of the backward that the '
             'optimizer hook runs. Supported: torch 1.9 to 2.14; please report this torch '
             "version at the project's issue tracker.")
+
+
+def graph_search_accumulation_refused(torch_version: str, lines: ConfigLines) -> str:
+    """A guarded wrapper asked for DDP's graph search meets gradient accumulation
+    (``no_sync``) on a torch that accumulates it wrong."""
+    return (f'{lines.wrapper}: find_unused_parameters=True (DDP graph search) with gradient '
+            f'accumulation (no_sync) trains wrong on torch {torch_version}: a parameter used '
+            'in an earlier micro-step of the window but not in the last one is not '
+            'synchronised across ranks (pytorch/pytorch#69031, fixed in torch 2.4). Build '
+            f"{lines.wrapper} with find_unused_parameters='auto' (the same training as the "
+            'corrected graph search), or upgrade torch to >= 2.4.')

@@ -159,7 +159,7 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
             reduces = torch.is_grad_enabled() and self.require_backward_grad_sync
             loss = outputs.get('loss') if isinstance(outputs, dict) else None
             self.step_backwards.expect_backwards(
-                loss if isinstance(loss, torch.Tensor) else None, reduces)
+                [loss] if isinstance(loss, torch.Tensor) else [], reduces)
         return outputs
 
     def _iteration(self) -> int:

@@ -17,6 +17,7 @@ from ..environment.versions import graph_search_accumulates_right
 from ..guard.decision_policy import DecisionPolicy, Mode
 from ..guard.guarded_wrapper import GuardedWrapper
 from ..environment.framework_table import MMENGINE_LINES
+from ..messages.guard_errors import graph_search_accumulation_refused
 from ..messages.mode_request import not_given, read_request
 from ..stall_guard import DEFAULT_STALL_TIMEOUT, Phase, check_stall_timeout
 from .accumulation import configured_accumulation
@@ -138,14 +139,8 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
                 reduces = self.require_backward_grad_sync
                 if not reduces and self.decision.mode == Mode.FIND_UNUSED \
                         and not graph_search_accumulates_right(torch.__version__):
-                    raise RuntimeError(
-                        'GuardedDDP: find_unused_parameters=True (DDP graph search) with '
-                        f'gradient accumulation (no_sync) trains wrong on torch '
-                        f'{torch.__version__}: a parameter used in an earlier micro-step of '
-                        'the window but not in the last one is not synchronised across ranks '
-                        '(pytorch/pytorch#69031, fixed in torch 2.4). Build GuardedDDP with '
-                        "find_unused_parameters='auto' (the same training as the corrected "
-                        'graph search), or upgrade torch to >= 2.4.')
+                    raise RuntimeError(graph_search_accumulation_refused(torch.__version__,
+                                                                         MMENGINE_LINES))
                 data = self.module.data_preprocessor(data, training=True)
                 losses = self._run_forward(data, mode='loss')
                 self.forward_returned()

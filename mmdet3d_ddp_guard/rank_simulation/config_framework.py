@@ -7,9 +7,9 @@ neither framework has to read it first.
 """
 import ast
 import os.path as osp
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ..environment.framework_table import FRAMEWORKS
+from ..environment.framework_table import FRAMEWORKS, rows_of
 from ..environment.frameworks import installed_frameworks
 
 
@@ -87,16 +87,22 @@ def written_for(path: str) -> Optional[str]:
         return None
 
 
-def config_framework(path: str) -> str:
+def config_frameworks() -> Tuple[str, ...]:
+    """The installed frameworks whose trainings a config describes (a row's
+    ``reads_configs``), in the table's order: none where only torch is."""
+    return tuple(row.name for row in rows_of(installed_frameworks()) if row.reads_configs)
+
+
+def config_framework(path: str) -> Optional[str]:
     """The framework whose adapter simulates the config at ``path``: the installed one when
-    only one is (each adapter reads only its own framework's configs); where more are, the
-    one the config is :func:`written_for`, and the table's first (MMEngine) when that says
-    none.
+    only one that reads configs is (each adapter reads only its own framework's configs);
+    where more are, the one the config is :func:`written_for`, and the table's first
+    (MMEngine) when that says none; None where no installed framework reads configs.
 
     Args:
         path (str): The config file.
     """
-    installed = installed_frameworks()
-    if len(installed) == 1:
-        return next(iter(installed))
+    installed = config_frameworks()
+    if len(installed) <= 1:
+        return installed[0] if installed else None
     return written_for(path) or FRAMEWORKS[0].name
