@@ -14,8 +14,9 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from ..messages.config_lines import ConfigLines
 
-#: The frameworks' names, the keys of :func:`~.frameworks.installed_frameworks`.
-MMENGINE, MMCV1 = 'mmengine', 'mmcv-full'
+#: The frameworks' names, the keys of :func:`~.frameworks.installed_frameworks`. A plain
+#: PyTorch loop is a framework too: torch alone, no config, the user's own loop.
+MMENGINE, MMCV1, PYTORCH = 'mmengine', 'mmcv-full', 'torch'
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,46 @@ FRAMEWORKS: Tuple[Framework, ...] = (
                  'in your config instead.'),
         to_install=("mmcv-full 1.x for mmdet 2.x / mmdet3d 0.x (see mmcv's install guide: it "
                     'is compiled for your torch and CUDA)')),
+    # torch alone: the user builds the wrapper in their own loop. Its GuardedDDP is not
+    # re-exported (mmdet3d_ddp_guard.GuardedDDP is MMEngine's): the import names the folder.
+    # Last, so that a config (check) and a work dir (summarize) are read by an OpenMMLab
+    # framework where one is installed.
+    Framework(
+        name=PYTORCH,
+        title="plain PyTorch (your own loop around torch's DistributedDataParallel)",
+        short_title='plain PyTorch',
+        adapter='pytorch',
+        exports=(),
+        lines=ConfigLines(
+            wrapper='GuardedDDP',
+            guard='from mmdet3d_ddp_guard.pytorch import GuardedDDP; model = GuardedDDP(model)',
+            mode_template='GuardedDDP(model, find_unused_parameters={value})',
+            mode_over_false='in place of find_unused_parameters=False in GuardedDDP(...)',
+            option_template='GuardedDDP(model, {option}={value})',
+            static_graph_fix=('remove static_graph=True from GuardedDDP(...) and let it '
+                              'choose: GuardedDDP(model)'),
+            let_the_guard_choose=("Remove it (or pass 'auto') to let GuardedDDP choose."),
+            own_wrapper="torch's DistributedDataParallel",
+            where='in your code'),
+        distributions=(('torch', None), ),
+        written_for=lambda cfg: False,
+        runner_types=(),
+        seed_key='',
+        seed_set_by_train_script=False,
+        guard_is_import_line=False,
+        without_the_guard=("build torch's DistributedDataParallel(model, "
+                           'find_unused_parameters=True) in place of GuardedDDP(model)'),
+        # The torch floor is check_torch's (environment/versions.py), for every framework.
+        minimum=(1, 9),
+        too_old='mmdet3d_ddp_guard needs torch >= 1.9, but torch {version} is installed.',
+        to_install='torch (a plain PyTorch loop: mmdet3d_ddp_guard.pytorch.GuardedDDP)',
+        reads_configs=False,
+        without_a_config=(
+            'A plain PyTorch loop has no config for `check` to simulate. Train it under '
+            'mmdet3d_ddp_guard.pytorch.GuardedDDP, which trains on where plain DDP would fail '
+            'or hang, and read which parameters each rank left unused, and when, in its '
+            'report (UnusedParamsReport(model, out_dir)) or with `python -m '
+            'mmdet3d_ddp_guard summarize OUT_DIR`.')),
 )
 
 _BY_NAME: Dict[str, Framework] = {row.name: row for row in FRAMEWORKS}
@@ -190,3 +231,4 @@ def rows_of(names: Sequence[str]) -> Tuple[Framework, ...]:
 
 #: Each adapter's config lines, which its messages name.
 MMENGINE_LINES, MMCV1_LINES = framework(MMENGINE).lines, framework(MMCV1).lines
+PYTORCH_LINES = framework(PYTORCH).lines

@@ -1,0 +1,174 @@
+"""GuardedDDP for a plain PyTorch loop: torch's ``DistributedDataParallel``, guarded."""
+import inspect
+from typing import List, Optional
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from ..environment.framework_table import PYTORCH_LINES
+from ..environment.versions import graph_search_accumulates_right
+from ..guard.decision_policy import DecisionPolicy, Mode
+from ..guard.guarded_wrapper import GuardedWrapper
+from ..guard.step_backwards import StepBackwards
+from ..messages.guard_errors import graph_search_accumulation_refused
+from ..messages.mode_request import AUTO, read_request
+from ..stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
+from .loop_log import log_from_rank
+from .step_errors import PYTORCH_STEP_ERRORS, WHERE_BACKWARDS_RUN
+
+#: The installed torch's DDP signature, which GuardedDDP takes as it is (but for the default
+#: of ``find_unused_parameters``), plus the guard's own keyword-only ``stall_timeout``.
+_DDP_SIGNATURE = inspect.signature(DistributedDataParallel.__init__)
+
+
+def _guarded_signature() -> inspect.Signature:
+    parameters = [
+        parameter.replace(default=AUTO) if name == 'find_unused_parameters' else parameter
+        for name, parameter in _DDP_SIGNATURE.parameters.items()
+    ]
+    parameters.append(inspect.Parameter('stall_timeout', inspect.Parameter.KEYWORD_ONLY,
+                                        default=DEFAULT_STALL_TIMEOUT))
+    return _DDP_SIGNATURE.replace(parameters=parameters)
+
+
+class GuardedDDP(GuardedWrapper, DistributedDataParallel):
+    """torch's ``DistributedDataParallel`` for your own training loop, which unused
+    parameters cannot crash or hang.
+
+    **What an unused parameter is.** DDP averages gradients across ranks bucket by bucket,
+    and starts a bucket's all-reduce when autograd has produced the gradient of every
+    parameter in it. A parameter that autograd never reaches in a backward (a layer not
+    called, a branch skipped for this batch, a detection scale without a target left out of
+    the loss) never becomes ready, so its bucket is never reduced. With
+    ``find_unused_parameters=False`` (DDP's default) the next forward raises ``Expected to
+    have finished reduction in the prior iteration ...``; when only some ranks skip it, the
+    others wait in the all-reduce and the run hangs until the collective times out (often
+    after hours: the batch that leaves a scale without a target is rare). DDP's own ways out
+    each cost something: ``find_unused_parameters=True`` walks the autograd graph every
+    iteration and never says what it found; ``static_graph=True`` needs the same used set in
+    every iteration, so it fails on exactly the data-dependent case.
+
+    **What this class does.** The same signature as the installed torch's
+    ``DistributedDataParallel``, the same argument names, order and defaults, with one
+    exception: ``find_unused_parameters`` defaults to ``'auto'``. Everything you pass goes
+    to DDP as written; the wrapper is a DDP (``isinstance``, ``.module``, ``no_sync``,
+    ``join``, ``state_dict``, ``copy.deepcopy``, ``torch.save`` behave as on it).
+
+    - ``find_unused_parameters='auto'`` (the default): DDP's fast path. When a rank's
+      backward leaves parameters unreached, that rank runs one extra backward of zero
+      gradients into them at the end of its backward, so its buckets reduce; parameters that
+      no rank used get ``grad=None``, so the optimizer skips them, as under DDP's graph
+      search. It trains bit for bit as ``DistributedDataParallel(model,
+      find_unused_parameters=True)`` (2 ranks; every rank's weights and optimizer state
+      compared in ``tests/pytorch``). With nothing unused it costs one hook call per
+      parameter per backward and ``P`` extra elements on the last gradient bucket: no
+      collective, no graph walk, no host sync before the optimizer step. Which parameters
+      each rank left unused, and when, is logged when it changes (and written to files by
+      :class:`~.unused_params_report.UnusedParamsReport`).
+    - ``True``: DDP's graph search every iteration, as written.
+    - ``False``: strict. DDP's fast path; if a rank leaves a parameter unreached, every rank
+      raises the same :class:`~mmdet3d_ddp_guard.UnusedParametersError` at the next forward,
+      naming the parameters, the ranks, the iteration and the fix (no hang, no "Expected to
+      have finished reduction").
+
+    **Where the guard acts.** A step is a forward with gradients enabled (DDP prepares its
+    reducer there too); a forward under ``torch.no_grad()`` (validation) is not one. The
+    unused parameters are settled at the end of the step's backward (autograd's final
+    callback, after DDP's own), before your optimizer step, however you call it:
+    ``loss.backward()``, ``scaler.scale(loss).backward()``, several backwards in one step
+    (the guard waits while a tensor the forward returned, not back-propagated yet, still
+    reaches parameters without a gradient, as DDP's graph search would), reentrant
+    activation checkpointing. Inside ``no_sync()`` (gradient accumulation) each micro-step
+    is recorded and the window's last bucket carries their counts.
+
+    **The stall guard** is on by default (``stall_timeout=180``): when ranks are proven stuck
+    in different collectives, or a rank raised while the others wait for it, it logs the
+    same diagnosis on every rank and ends the process on every rank with exit code 1.
+    ``stall_timeout=None`` turns it off.
+
+    **The log.** Messages go to the ``logging`` logger ``'mmdet3d_ddp_guard'`` where your
+    program has configured logging (a handler on it or on the root logger); otherwise to
+    stderr, from rank 0 (errors from every rank).
+
+    Args:
+        module (nn.Module): The model to wrap.
+        find_unused_parameters (str | bool): ``'auto'``, True or False, as above. Defaults to
+            ``'auto'``.
+        static_graph (bool): DDP's static graph, as on DDP; a change of the used set stops the
+            run with :class:`~mmdet3d_ddp_guard.StaticGraphChangedError` naming it.
+        stall_timeout (float | None): Keyword only. Seconds a rank may stay in one place
+            before its watchdog compares positions with the other ranks: how soon a hang is
+            named; a slower phase (an evaluation on rank 0) costs one log line. None turns
+            the stall guard off. Defaults to 180.
+        *others: torch's ``DistributedDataParallel`` arguments, as DDP takes them.
+
+    Example::
+
+        from mmdet3d_ddp_guard.pytorch import GuardedDDP
+        model = GuardedDDP(model, device_ids=[local_rank])  # in place of DDP(...)
+    """
+
+    lines = PYTORCH_LINES
+    comm_hook_refusal = ('GuardedDDP', 'build GuardedDDP(model, find_unused_parameters=True) '
+                         '(DDP graph search) instead')
+    log = staticmethod(log_from_rank)
+
+    def __init__(self, *args, stall_timeout: Optional[float] = DEFAULT_STALL_TIMEOUT,
+                 **kwargs):
+        arguments = _DDP_SIGNATURE.bind(self, *args, **kwargs).arguments
+        arguments.pop('self')
+        module = arguments.pop('module')
+        static_graph = arguments.pop('static_graph', False)
+        if not isinstance(static_graph, bool):
+            raise TypeError(f'GuardedDDP: static_graph must be True or False, not '
+                            f'{static_graph!r}.')
+        check_stall_timeout(stall_timeout, PYTORCH_LINES)
+        requested, source = read_request(arguments.pop('find_unused_parameters', AUTO),
+                                         built_by_runner=False, lines=PYTORCH_LINES)
+        policy = DecisionPolicy(requested, source, static_graph, PYTORCH_LINES)
+        self.build_guarded(module, policy, static_graph, stall_timeout, arguments)
+
+    __init__.__signature__ = _guarded_signature()
+
+    def _adapter_state(self):
+        return ('step_backwards', )
+
+    def _init_adapter_state(self) -> None:
+        self.step_backwards = StepBackwards(self, PYTORCH_STEP_ERRORS)
+
+    def forward(self, *inputs, **kwargs):
+        """DDP's forward; with gradients enabled, a guarded step, whose backwards settle
+        the unused parameters when they are over."""
+        if not torch.is_grad_enabled():
+            return super().forward(*inputs, **kwargs)
+        # Outside a framework's runner the iteration is the backwards settled so far.
+        iteration = self.completion.iterations_ended
+        # False inside no_sync (gradient accumulation): this step's backward reduces nothing.
+        reduces = self.require_backward_grad_sync
+        if not reduces and self.decision.mode == Mode.FIND_UNUSED \
+                and not graph_search_accumulates_right(torch.__version__):
+            raise RuntimeError(graph_search_accumulation_refused(torch.__version__,
+                                                                 PYTORCH_LINES))
+        with self.telling_the_stall_guard():
+            self.step_backwards.begin_step(iteration, WHERE_BACKWARDS_RUN)
+        with self.guarded_step(iteration):
+            with self.step_backwards.module_step():
+                output = super().forward(*inputs, **kwargs)
+            self.forward_returned()
+            self.step_backwards.expect_backwards(output_tensors(output), reduces)
+        return output
+
+
+def output_tensors(output) -> List[torch.Tensor]:
+    """The tensors of a forward's output, where DDP's graph search starts: in nested lists,
+    tuples, dicts and dataclasses, as DDP's own ``_find_tensors`` finds them."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, (list, tuple)):
+        return [tensor for item in output for tensor in output_tensors(item)]
+    if isinstance(output, dict):
+        return [tensor for item in output.values() for tensor in output_tensors(item)]
+    fields = getattr(output, '__dataclass_fields__', None)
+    if fields is not None:
+        return [tensor for name in fields for tensor in output_tensors(getattr(output, name))]
+    return []

@@ -1,0 +1,69 @@
+"""GuardedDDP in a plain PyTorch loop (torch alone: no MMEngine, no mmcv) trains as torch's
+``DistributedDataParallel(model, find_unused_parameters=True)``, bit for bit on 2 gloo
+ranks, on a detector whose per-scale heads drop out of the loss when their scale has no
+target, while ``DistributedDataParallel(model)`` dies on it."""
+import inspect
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from mmdet3d_ddp_guard.pytorch import GuardedDDP
+from tests.dist_utils import DistributedRunError, run_distributed
+from tests.equivalence import assert_state_equal
+from tests.pytorch.loops import plain_ddp_steps, train_side_by_side
+from tests.pytorch.scale_detector import unused_names
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_the_signature_is_the_installed_torch_s_ddp_but_for_auto():
+    ours = inspect.signature(GuardedDDP).parameters
+    ddp = inspect.signature(DistributedDataParallel).parameters
+    assert list(ours)[:len(ddp)] == list(ddp)
+    for name, parameter in ddp.items():
+        expected = 'auto' if name == 'find_unused_parameters' else parameter.default
+        assert ours[name].default == expected, name
+        assert ours[name].kind == parameter.kind, name
+    # The guard's own option comes after DDP's, by keyword only.
+    assert [name for name in ours if name not in ddp] == ['stall_timeout']
+    assert ours['stall_timeout'].kind == inspect.Parameter.KEYWORD_ONLY
+
+
+def test_the_package_imports_with_torch_alone_and_loads_no_framework():
+    probe = ('import sys, mmdet3d_ddp_guard\n'
+             'from mmdet3d_ddp_guard.pytorch import GuardedDDP, UnusedParamsReport\n'
+             'print(sorted(m for m in sys.modules if m.split(".")[0] in '
+             '("mmengine", "mmcv", "mmdet", "mmdet3d")))\n')
+    out = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == '[]'
+
+
+@pytest.mark.parametrize('accumulate', [1, 2], ids=['every_step', 'no_sync_accumulation'])
+def test_trains_as_the_graph_search_on_every_rank(accumulate):
+    results = run_distributed(train_side_by_side, accumulate=accumulate)
+    for rank, result in enumerate(results):
+        guarded, reference = result['guarded'], result['reference']
+        assert result['decision'] == 'complete'
+        assert_state_equal(guarded['params'], reference['params'], f'rank {rank} params')
+        assert_state_equal(guarded['buffers'], reference['buffers'], f'rank {rank} buffers')
+        assert_state_equal(guarded['optimizer_state'], reference['optimizer_state'],
+                           f'rank {rank} AdamW state')
+        assert guarded['none_grads'] == reference['none_grads'], f'rank {rank}'
+    # The data made a head unused on every rank once (None, skipped by AdamW), and on one
+    # rank only in others; the ranks hold the same weights.
+    none_grads = results[0]['reference']['none_grads']
+    assert any(none_grads) and not all(none_grads)
+    assert_state_equal(results[1]['guarded']['params'], results[0]['guarded']['params'],
+                       'rank 1 against rank 0')
+    if accumulate == 1:
+        assert none_grads[3] == unused_names(0, 3) == unused_names(1, 3)
+
+
+def test_torch_s_ddp_dies_on_the_same_loop():
+    with pytest.raises(DistributedRunError) as error:
+        run_distributed(plain_ddp_steps, timeout=120)
+    assert 'Expected to have finished reduction in the prior iteration' in str(error.value)
