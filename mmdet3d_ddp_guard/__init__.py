@@ -1,19 +1,22 @@
 """mmdet3d_ddp_guard: multi-GPU training of 3D detectors that unused parameters cannot kill.
 
 One line in a config, ``custom_imports = dict(imports=['mmdet3d_ddp_guard'])``, brings the
-guard to the framework that is installed:
+guard to the OpenMMLab framework that is installed, and a plain PyTorch loop builds
+:class:`mmdet3d_ddp_guard.pytorch.GuardedDDP` in place of torch's DDP:
 
 - MMEngine (mmdet3d >= 1.1): :mod:`.openmmlab2` registers :class:`GuardedDDP` and the hooks;
   the config picks the wrapper with ``model_wrapper_cfg``.
 - mmcv-full 1.x (mmdet 2.x, mmdet3d 0.x and 1.0.0rc, the BEV codebases): :mod:`.openmmlab1`
   guards ``mmcv.parallel.MMDistributedDataParallel`` itself, since no config line there picks
   the DDP wrapper.
+- torch alone (a loop the user writes): :mod:`.pytorch`, imported by name; it changes
+  nothing outside the package.
 
-Where both are installed both adapters load; neither imports the other's framework. What
+Where several are installed each adapter loads; neither imports the other's framework. What
 importing changes in each framework is listed in the README ("What importing it changes")
 and done in one module per adapter. The folders, one concern each: :mod:`.guard` (the
 mechanism), :mod:`.stall_guard`, :mod:`.rank_simulation` (``check``), :mod:`.reporting` (the
-hook's files), :mod:`.messages`, :mod:`.environment`, the two adapters and :mod:`.cli`.
+hook's files), :mod:`.messages`, :mod:`.environment`, the three adapters and :mod:`.cli`.
 
 The supported torch and Python are checked first (:mod:`.environment.versions`): torch is
 not an install requirement, so that installing this package never replaces a user's CUDA
