@@ -134,6 +134,39 @@ class UnusedCompletion:
         record.expect_counts(counts)
         return completed
 
+    def shadow(self, shadow_all_reduce: Callable[[], None], reduces: bool) -> None:
+        """A rank that joined (torch's ``Join``: uneven inputs) shadows a step of the ranks
+        that have not: ``shadow_all_reduce()`` runs DDP's all-reduce of every bucket with
+        zero gradients (``reduces``; inside the active ranks' ``no_sync`` nothing is
+        reduced, and only the micro-step is counted). The counts ride the last bucket as
+        in a step of its own, so that the active ranks' all-reduce of it, and the gather
+        their resolution may make, are matched; this rank counts as having left unused
+        what every rank left unused in its own last iteration and since, as DDP's graph
+        search counts a joined rank (its last all-reduced used map, which each shadow
+        all-reduces again). In the modes without counts, DDP's shadow alone."""
+        if self._counts is None:
+            if reduces:
+                shadow_all_reduce()
+            return
+        last = self.record.last
+        unused = tuple(sorted(last.unused_on_all_ranks)) if last is not None else ()
+        self.iterations_ended += 1
+        if not reduces:
+            self.record.end_local_iteration(self.iterations_ended - 1, unused, False)
+            return
+        # Where the active ranks resolve, once their forward has returned.
+        self.resolve()
+        self.raise_stop()
+        last = self.record.last
+        unused = tuple(sorted(last.unused_on_all_ranks)) if last is not None else ()
+        self._completing = (unused, False)
+        try:
+            shadow_all_reduce()
+        finally:
+            self._completing = None
+        self.record.end_local_iteration(self.iterations_ended - 1, unused, False)
+        self.record.expect_counts(self._counts.take_counts())
+
     def _local_counts(self, device, dtype) -> torch.Tensor:
         """This rank's part of the counts on DDP's last bucket (see the comm hook)."""
         record = self.record

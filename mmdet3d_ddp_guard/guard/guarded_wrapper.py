@@ -180,6 +180,19 @@ class GuardedWrapper(GuardAdapter):
             self._reported = error
             self.stall_watchdog.report_exception(error)
 
+    # torch's Join (uneven inputs) calls these two of DDP's private methods on a rank that
+    # joined, each step the others take (torch >= 1.10; never called elsewhere): the counts
+    # on the last bucket need this rank's share, and micro-steps inside no_sync are counted.
+    def _check_global_requires_backward_grad_sync(self, is_joined_rank):
+        syncs = super()._check_global_requires_backward_grad_sync(is_joined_rank)
+        if is_joined_rank and not syncs:
+            self.completion.shadow(None, reduces=False)
+        return syncs
+
+    def _match_all_reduce_for_bwd_pass(self):
+        with self.telling_the_stall_guard():
+            self.completion.shadow(super()._match_all_reduce_for_bwd_pass, reduces=True)
+
     def __getstate__(self):
         state = super().__getstate__()  # DDP's: no process group, reducer or logger
         for name in self._guard_state + self._adapter_state():

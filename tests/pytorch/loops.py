@@ -1,15 +1,37 @@
 """Plain PyTorch training loops, as users write them around torch's DDP, run on each rank by
 the tests of :mod:`tests.pytorch`: the same loop under GuardedDDP and under a reference
 wrapper, side by side in one process group, so that every rank's weights, buffers, optimizer
-state and ``None`` gradients can be compared bit for bit."""
+state and ``None`` gradients can be compared bit for bit.
+
+A loop's ``style`` names what it adds to the plain step: ``amp`` (bf16 autocast and a
+GradScaler), ``compile`` (the model compiled before it is wrapped), ``ema`` (a deep copy of
+the wrapper kept as an exponential moving average of ``model.module.state_dict()``),
+``save`` (``torch.save`` of the wrapper and of ``model.module.state_dict()`` after every
+step, the training then going on from what was loaded back), ``sampler`` (batches drawn
+through ``DistributedSampler`` and a ``DataLoader``, reshuffled each epoch), ``join``
+(uneven inputs: rank 0 runs out of batches after two steps, inside ``model.join()``, while
+rank 1 leaves a head unused).
+"""
 import copy
-from typing import Callable, Dict, List
+import io
+from typing import Callable, Dict, List, Sequence
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
 
 from mmdet3d_ddp_guard.pytorch import GuardedDDP
+from tests.dist_utils import TRUSTED_LOAD
 from tests.pytorch.scale_detector import ScaleDetector, batch
+
+#: torch's CPU GradScaler (torch >= 2.3), which the ``amp`` loop needs here.
+CPU_GRAD_SCALER = hasattr(torch, 'amp') and hasattr(torch.amp, 'GradScaler')
+STYLES = ('plain', 'amp', 'compile', 'ema', 'save', 'sampler', 'join')
+#: What ``torch.compile`` runs in the tests: AOTAutograd's compiled forward and backward
+#: (the graphs DDP's hooks and the guard's meet), without Inductor's C++ build, minutes on 2
+#: cores.
+COMPILE_BACKEND = 'aot_eager'
 
 
 def fresh_model(seed: int = 0) -> ScaleDetector:
@@ -25,40 +47,104 @@ def guarded(model, **kwargs):
     return GuardedDDP(model, **kwargs)
 
 
-class Run:
-    """One wrapped model, its AdamW and what it recorded."""
+class _Batches(Dataset):
+    """Iteration ``i``'s batch of each rank's data, as a dataset whose sample ``i`` is it:
+    the sampler decides which rank trains on which (the rank's index of the sample)."""
 
-    def __init__(self, wrap: Callable, **kwargs):
-        self.model = wrap(fresh_model(), **kwargs)
+    def __init__(self, length: int):
+        self.length = length
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, index):
+        images, targets = batch(index % 2, index // 2)
+        return images, [t if t is not None else torch.empty(0) for t in targets]
+
+
+def _targets(targets):
+    return [None if t is None or t.numel() == 0 else t for t in targets]
+
+
+class Run:
+    """One wrapped model in one loop style, its AdamW and what it recorded."""
+
+    def __init__(self, wrap: Callable, style: str = 'plain', **kwargs):
+        module = fresh_model()
+        if style == 'compile':
+            module = torch.compile(module, backend=COMPILE_BACKEND)
+        self.wrap, self.style = wrap, style
+        self.model = wrap(module, **kwargs)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.01,
                                            weight_decay=0.05)
+        self.scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 8) \
+            if style == 'amp' else None
+        self.ema = copy.deepcopy(self.model) if style == 'ema' else None
         #: Per optimizer step, the names whose grad was None before it.
         self.none_grads: List[List[str]] = []
 
-    def step(self, rank: int, iterations, accumulate: int = 1) -> None:
-        """One optimizer step over ``accumulate`` micro-batches (``no_sync`` for all but the
-        last), the loss divided as users do."""
-        for micro, iteration in enumerate(iterations):
-            images, targets = batch(rank, iteration)
-            syncing = micro == accumulate - 1
-            context = self.model.no_sync() if not syncing else _nothing()
-            with context:
-                loss = self.model(images, targets) / accumulate
-                loss.backward()
-        self.none_grads.append(sorted(name for name, p in self.model.module.named_parameters()
+    def step(self, rank: int, batches: Sequence, accumulate: int = 1) -> None:
+        """One optimizer step over the micro-batches ``batches`` (``no_sync`` for all but
+        the last), the loss divided as users do."""
+        for micro, (images, targets) in enumerate(batches):
+            syncing = micro == len(batches) - 1
+            with (self.model.no_sync() if not syncing else _Nothing()):
+                with (torch.autocast('cpu', dtype=torch.bfloat16) if self.scaler
+                      else _Nothing()):
+                    loss = self.model(images, _targets(targets)) / accumulate
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+        self.none_grads.append(sorted(name for name, p in self._named_parameters()
                                       if p.grad is None))
-        self.optimizer.step()
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            with torch.no_grad():
+                for average, now in zip(self.ema.module.state_dict().values(),
+                                        self.model.module.state_dict().values()):
+                    if average.dtype.is_floating_point:
+                        average.mul_(0.9).add_(now, alpha=0.1)
+        if self.style == 'save':
+            self._save_and_go_on_from_what_was_loaded()
+
+    def _named_parameters(self):
+        return self.model.module.named_parameters()
+
+    def _save_and_go_on_from_what_was_loaded(self) -> None:
+        """A checkpoint as users write one (the whole wrapper, and the module's weights
+        with the optimizer's), then training goes on from what was loaded back."""
+        whole, weights = io.BytesIO(), io.BytesIO()
+        torch.save(self.model, whole)
+        torch.save(dict(model=self.model.module.state_dict(),
+                        optimizer=self.optimizer.state_dict()), weights)
+        whole.seek(0)
+        weights.seek(0)
+        copied = torch.load(whole, **TRUSTED_LOAD)
+        assert type(copied) is type(self.model)
+        checkpoint = torch.load(weights, **TRUSTED_LOAD)
+        self.model.module.load_state_dict(checkpoint['model'])
+        self.optimizer.load_state_dict(checkpoint['optimizer'])
+        for mine, theirs in zip(copied.module.state_dict().values(),
+                                self.model.module.state_dict().values()):
+            assert torch.equal(mine, theirs)
 
     def state(self) -> Dict:
         module = self.model.module
-        return dict(params={k: v.detach().clone() for k, v in module.named_parameters()},
-                    buffers={k: v.clone() for k, v in module.named_buffers()},
-                    optimizer_state=copy.deepcopy(self.optimizer.state_dict()['state']),
-                    none_grads=self.none_grads)
+        state = dict(params={k: v.detach().clone() for k, v in module.named_parameters()},
+                     buffers={k: v.clone() for k, v in module.named_buffers()},
+                     optimizer_state=copy.deepcopy(self.optimizer.state_dict()['state']),
+                     none_grads=self.none_grads)
+        if self.scaler:
+            state['scaler'] = self.scaler.state_dict()
+        if self.ema is not None:
+            state['ema'] = {k: v.clone() for k, v in self.ema.module.state_dict().items()}
+        return state
 
 
-class _nothing:
+class _Nothing:
     def __enter__(self):
         return self
 
@@ -66,18 +152,38 @@ class _nothing:
         return False
 
 
-def train_side_by_side(rank: int, world_size: int, accumulate: int = 1, steps: int = 6,
-                       guarded_kwargs: Dict = None, reference: Callable = graph_search
-                       ) -> Dict:
-    """GuardedDDP(model, **guarded_kwargs) and ``reference(model)`` trained on the same
-    batches, step by step; both runs' states and the guard's decision."""
-    runs = dict(guarded=Run(guarded, **(guarded_kwargs or {})), reference=Run(reference))
-    for step in range(steps):
-        iterations = range(step * accumulate, (step + 1) * accumulate)
-        for run in runs.values():
-            run.step(rank, iterations, accumulate)
+def _batches_of(rank: int, style: str, steps: int, accumulate: int) -> List[List]:
+    """Each step's micro-batches for ``rank``."""
+    if style == 'sampler':
+        dataset = _Batches(2 * steps * accumulate)
+        sampler = DistributedSampler(dataset, shuffle=True, seed=3)
+        batches = []
+        for epoch in range(2):
+            sampler.set_epoch(epoch)
+            batches += [(images[0], [t[0] for t in targets]) for images, targets in
+                        DataLoader(dataset, batch_size=1, sampler=sampler)]
+        batches = batches[:steps * accumulate]
+    else:
+        batches = [batch(rank, iteration) for iteration in range(steps * accumulate)]
+    return [batches[step * accumulate:(step + 1) * accumulate] for step in range(steps)]
+
+
+def train_side_by_side(rank: int, world_size: int, style: str = 'plain', accumulate: int = 1,
+                       steps: int = 6, guarded_kwargs: Dict = None,
+                       reference: Callable = graph_search) -> Dict:
+    """GuardedDDP(model, **guarded_kwargs) and ``reference(model)`` trained in ``style`` on
+    the same batches, step by step; both runs' states and the guard's decision."""
+    runs = dict(guarded=Run(guarded, style, **(guarded_kwargs or {})),
+                reference=Run(reference, style))
+    steps_here = 2 if style == 'join' and rank == 0 else steps
+    for name, run in runs.items():
+        with (run.model.join() if style == 'join' else _Nothing()):
+            for batches in _batches_of(rank, style, steps_here, accumulate):
+                run.step(rank, batches, accumulate)
     result = {name: run.state() for name, run in runs.items()}
     result['decision'] = str(runs['guarded'].model.decision.mode)
+    result['unused_iterations'] = \
+        runs['guarded'].model.usage_record.statistics.iterations_with_unused
     return result
 
 
@@ -85,6 +191,6 @@ def plain_ddp_steps(rank: int, world_size: int, steps: int = 6, **ddp_kwargs) ->
     """Torch's DDP(model, **ddp_kwargs) on the loop; returns the steps it finished (it is
     expected to raise before)."""
     run = Run(lambda model: DistributedDataParallel(model, **ddp_kwargs))
-    for step in range(steps):
-        run.step(rank, [step])
+    for batches in _batches_of(rank, 'plain', steps, 1):
+        run.step(rank, batches)
     return steps

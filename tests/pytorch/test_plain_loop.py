@@ -13,7 +13,7 @@ from torch.nn.parallel import DistributedDataParallel
 from mmdet3d_ddp_guard.pytorch import GuardedDDP
 from tests.dist_utils import DistributedRunError, run_distributed
 from tests.equivalence import assert_state_equal
-from tests.pytorch.loops import plain_ddp_steps, train_side_by_side
+from tests.pytorch.loops import CPU_GRAD_SCALER, STYLES, plain_ddp_steps, train_side_by_side
 from tests.pytorch.scale_detector import unused_names
 
 pytestmark = pytest.mark.timeout(300)
@@ -42,17 +42,24 @@ def test_the_package_imports_with_torch_alone_and_loads_no_framework():
     assert out.strip() == '[]'
 
 
-@pytest.mark.parametrize('accumulate', [1, 2], ids=['every_step', 'no_sync_accumulation'])
-def test_trains_as_the_graph_search_on_every_rank(accumulate):
-    results = run_distributed(train_side_by_side, accumulate=accumulate)
+def assert_trains_as_reference(results):
+    """On every rank: GuardedDDP chose 'complete' and ended with the reference's
+    parameters, buffers, optimizer state (and the loop's own: GradScaler, EMA), bit for bit,
+    having left the same gradients None before each optimizer step."""
     for rank, result in enumerate(results):
         guarded, reference = result['guarded'], result['reference']
         assert result['decision'] == 'complete'
-        assert_state_equal(guarded['params'], reference['params'], f'rank {rank} params')
-        assert_state_equal(guarded['buffers'], reference['buffers'], f'rank {rank} buffers')
-        assert_state_equal(guarded['optimizer_state'], reference['optimizer_state'],
-                           f'rank {rank} AdamW state')
+        assert guarded.keys() == reference.keys()
+        # The guard reaches the same gradients DDP does, the same None ones too.
         assert guarded['none_grads'] == reference['none_grads'], f'rank {rank}'
+        for key in reference:
+            assert_state_equal(guarded[key], reference[key], f'rank {rank} {key}')
+
+
+@pytest.mark.parametrize('accumulate', [1, 2], ids=['every_step', 'no_sync_accumulation'])
+def test_trains_as_the_graph_search_on_every_rank(accumulate):
+    results = run_distributed(train_side_by_side, accumulate=accumulate)
+    assert_trains_as_reference(results)
     # The data made a head unused on every rank once (None, skipped by AdamW), and on one
     # rank only in others; the ranks hold the same weights.
     none_grads = results[0]['reference']['none_grads']
@@ -67,3 +74,15 @@ def test_torch_s_ddp_dies_on_the_same_loop():
     with pytest.raises(DistributedRunError) as error:
         run_distributed(plain_ddp_steps, timeout=120)
     assert 'Expected to have finished reduction in the prior iteration' in str(error.value)
+
+
+@pytest.mark.parametrize('style', [style for style in STYLES if style != 'plain'])
+def test_a_loop_as_users_write_it_trains_as_the_graph_search(style):
+    if style == 'amp' and not CPU_GRAD_SCALER:
+        pytest.skip(f'torch {torch.__version__} has no CPU GradScaler')
+    if style == 'compile' and not hasattr(torch, 'compile'):
+        pytest.skip(f'torch {torch.__version__} has no torch.compile')
+    results = run_distributed(train_side_by_side, style=style, timeout=240)
+    assert_trains_as_reference(results)
+    # The loop met unused parameters, on a rank that had not joined.
+    assert results[1]['unused_iterations'] > 0
