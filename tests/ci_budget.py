@@ -1,7 +1,7 @@
 """What gives way when CI's deadline cannot fit the whole suite.
 
-``make test`` runs the openmmlab1 leg first, whatever the time (it is the only test of the
-mmcv 1.x adapter), then this suite, then the other legs, each left out when it cannot end
+``make test`` runs the openmmlab1 and pytorch legs first, whatever the time (each is the only
+test of an adapter with its framework alone: mmcv 1.x, torch alone), then this suite, then the other legs, each left out when it cannot end
 before the deadline (tools/version_matrix.sh). So on a machine too slow for everything, the
 suite's slowest tests give way instead of that leg: with ``DDP_GUARD_CI_DEADLINE`` set (by
 .ci/run), when the suite's estimated time at this machine's speed would not end before the
@@ -16,8 +16,9 @@ from typing import List, Sequence, Tuple
 #: clean clone, measured 2026-12-02 at 1.05x a quiet core: 257 tests in 19 min 30 s; on
 #: 2026-12-03 the DDP contract's tests came in, about 18 s of it, and three runs whose claims
 #: are held elsewhere went, about 86 s; on 2026-12-04 the benchmarks' smoke runs, about 215 s,
-#: and the harness's CUDA check, about 25 s).
-SUITE_SECONDS = 1340
+#: and the harness's CUDA check, about 25 s; on 2026-12-05 the plain PyTorch adapter's tests,
+#: about 25 s).
+SUITE_SECONDS = 1365
 
 # Not here, though slow, because no other test holds their claim: mmdet's with_cp backbone
 # trained through MMEngine's Runner (test_compat_checkpointing.py's

@@ -8,7 +8,9 @@
 # with mmengine 0.10.7. The main stack (torch 2.13) is tested by `make test` itself. And
 # OpenMMLab 1.x, where the research codebases train: `openmmlab1`, Python 3.8, torch 1.12.1,
 # mmcv-full 1.7.2 compiled with its CPU ops and mmdet 2.28.2, without MMEngine, runs the
-# layout's import rules and tests/openmmlab1 (the mmcv 1.x adapter, trained for real).
+# layout's import rules and tests/openmmlab1 (the mmcv 1.x adapter, trained for real). And a
+# plain PyTorch loop: `pytorch`, torch alone (no MMEngine, no mmcv), runs the layout's import
+# rules and tests/pytorch (the plain adapter, against torch's own DDP).
 #
 # Each leg has its own venv, .venvs/LEG, created when missing (a stamp of the leg's line
 # below says it is complete); like .venv (tools/make_venv.sh) it is a link into the store
@@ -22,8 +24,8 @@
 #   default: every leg; LEG as named below.
 #   --build: only creates the venvs of the LEGs named that are missing, and runs no test
 #     (`make test-quick` runs the openmmlab1 leg's core tests from the checkout in its venv).
-#   --ci-first: the legs CI never leaves out (marked first: openmmlab1, the only test of a
-#     whole adapter), whatever the deadline; `make test` runs them before the suite, whose
+#   --ci-first: the legs CI never leaves out (marked first: openmmlab1 and pytorch, the only
+#     tests of a whole adapter where its framework alone is installed), whatever the deadline; `make test` runs them before the suite, whose
 #     slowest tests give way instead when time is short (tests/ci_budget.py).
 #   --ci: the other legs marked for CI, in the order below (their priority). With
 #     DDP_GUARD_CI_DEADLINE (seconds since the epoch; .ci/run sets it), a leg whose
@@ -38,6 +40,7 @@ cd "$(dirname "$0")/.."
 # priority order: CI runs the legs marked yes, in this order.
 LEGS=(
   "openmmlab1|3.8|torch==1.12.1 numpy<1.24 setuptools<70 wheel ninja pillow<10 requests||first|7|7"
+  "pytorch|3.11|torch==2.13.0 numpy==1.26.4||first|2|1"
   "torch1.9|3.8|torch==1.9.1 mmengine==0.8.5 numpy<1.25 setuptools<70 vermin==1.9.2||yes|3|3"
   "torch1.12|3.8|torch==1.12.1 mmengine==0.8.5 numpy<1.25 setuptools<70||yes|3|3"
   "torch2.14|3.11|torch==2.14.1 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|5"
@@ -74,6 +77,8 @@ TESTS=(
 OPENMMLAB1_TESTS=(tests/test_layout.py tests/test_ddp_contract.py tests/test_import_changes.py
   tests/test_sparse_gradients.py tests/test_training_changes.py tests/test_one_way_step.py
   tests/openmmlab1)
+# The pytorch leg has torch alone: the layout's import rules and the plain adapter's tests.
+PYTORCH_TESTS=(tests/test_layout.py tests/pytorch)
 
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
 
@@ -248,6 +253,7 @@ for leg in "${LEGS[@]}"; do
   # without it instead of skipping (tests/openmmlab1/test_mmdet3d_0x.py).
   expect_mmdet3d_0x=
   if [ "$name" = openmmlab1 ]; then tests=("${OPENMMLAB1_TESTS[@]}"); expect_mmdet3d_0x=1; fi
+  if [ "$name" = pytorch ]; then tests=("${PYTORCH_TESTS[@]}"); fi
   say "$name: ${#tests[@]} test files and tests"
   # From a copy of the tests, the demo's launcher and data writers they use (not installed),
   # and the docs some of them check against (README.md's list of what importing the package

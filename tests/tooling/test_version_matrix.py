@@ -1,6 +1,7 @@
 """tools/version_matrix.sh under CI's deadline: a leg that cannot end in time is left out,
-loudly, in the fixed order of priority, and does not fail the run; the openmmlab1 leg is never
-left out, and the suite's slowest tests give way instead (tests/ci_budget.py)."""
+loudly, in the fixed order of priority, and does not fail the run; the openmmlab1 and pytorch
+legs (each the only test of an adapter with its framework alone) are never left out, and the
+suite's slowest tests give way instead (tests/ci_budget.py)."""
 import os
 import re
 import subprocess
@@ -10,7 +11,9 @@ import time
 from tests import ci_budget
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# openmmlab1 runs first, with --ci-first, and is never left out (the suite gives way).
+# openmmlab1 and pytorch run first, with --ci-first, and are never left out (the suite gives
+# way).
+FIRST_LEGS = ['openmmlab1', 'pytorch']
 CI_LEGS = ['torch1.9', 'torch1.12', 'torch2.14', 'torch1.13', 'torch2.1']
 
 
@@ -29,7 +32,7 @@ def test_ci_legs_past_the_deadline_are_left_out_loudly_in_priority_order():
     assert 'passed: none' in run.stderr
 
 
-def test_the_openmmlab1_leg_runs_before_the_suite_and_never_past_a_deadline():
+def test_the_first_legs_run_before_the_suite_and_never_past_a_deadline():
     with open(os.path.join(REPO, 'Makefile')) as makefile:
         recipe = makefile.read().split('\ntest: venv\n')[1].split('\n\n')[0].split('\n')
     assert [line.strip() for line in recipe] == [
@@ -39,7 +42,7 @@ def test_the_openmmlab1_leg_runs_before_the_suite_and_never_past_a_deadline():
     with open(os.path.join(REPO, 'tools', 'version_matrix.sh')) as script:
         legs = re.findall(r'^  "(\w[\w.]*)\|[^"]*\|(first|yes|no)\|\d+\|\d+"$', script.read(),
                           re.MULTILINE)
-    assert [name for name, ci in legs if ci == 'first'] == ['openmmlab1']
+    assert [name for name, ci in legs if ci == 'first'] == FIRST_LEGS
     assert [name for name, ci in legs if ci == 'yes'] == CI_LEGS
 
 
