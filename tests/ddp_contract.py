@@ -11,8 +11,8 @@ shared parameters and ``named_parameters`` (every case returns the names and the
 ``state_dict`` keys). docs/compatibility.md lists them with the torch tests they port and
 the ones that do not apply.
 
-An adapter (:mod:`tests.ddp_contract_mmengine`, :mod:`tests.openmmlab1.ddp_contract_mmcv`)
-builds its framework's wrapper, guarded or not, and runs one training step as the framework
+An adapter (:mod:`tests.ddp_contract_mmengine`, :mod:`tests.openmmlab1.ddp_contract_mmcv`,
+:mod:`tests.pytorch.ddp_contract_pytorch`) builds its framework's wrapper, guarded or not, and runs one training step as the framework
 does; the cases know nothing of either. Each case returns every rank's weights, buffers
 and optimizer state, and what it adds (an EMA copy, a loaded copy's output, val outputs),
 which tests/test_ddp_contract.py compares bit for bit with the framework's own wrapper's.
@@ -291,6 +291,9 @@ def train_every_case(rank: int, world_size: int, adapter_name: str):
 
 
 def load_adapter(name: str):
+    if name == 'pytorch':
+        from tests.pytorch.ddp_contract_pytorch import PlainAdapter
+        return PlainAdapter()
     if name == 'mmengine':
         from tests.ddp_contract_mmengine import MMEngineAdapter
         return MMEngineAdapter()

@@ -16,7 +16,8 @@ from tests.dist_utils import run_distributed
 
 pytestmark = pytest.mark.timeout(300)
 
-ADAPTERS = [name for name, framework in (('mmengine', 'mmengine'), ('mmcv', 'mmcv-full'))
+ADAPTERS = [name for name, framework in (('mmengine', 'mmengine'), ('mmcv', 'mmcv-full'),
+                                         ('pytorch', 'torch'))
             if framework in installed_frameworks()]
 #: Where a copy of the guard has its own stall guard: never (one per process, the
 #: original's).

@@ -27,7 +27,8 @@ from tests.test_ddp_contract import _assert_same
 
 pytestmark = pytest.mark.timeout(400)
 
-ADAPTERS = [name for name, framework in (('mmengine', 'mmengine'), ('mmcv', 'mmcv-full'))
+ADAPTERS = [name for name, framework in (('mmengine', 'mmengine'), ('mmcv', 'mmcv-full'),
+                                         ('pytorch', 'torch'))
             if framework in installed_frameworks()]
 COMPARED = ('weights', 'buffers', 'optimizer')
 
