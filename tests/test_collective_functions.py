@@ -15,6 +15,7 @@ from mmdet3d_ddp_guard.stall_guard.collective_functions import (
     GROUP_QUERIES, POINT_TO_POINT, collective_functions, functions_with_a_group)
 from mmdet3d_ddp_guard.stall_guard.collective_log import CollectiveLog
 from mmdet3d_ddp_guard.stall_guard.stall_diagnosis import diagnose
+from mmdet3d_ddp_guard.environment.framework_table import MMENGINE_LINES
 from tests.dist_utils import run_distributed
 
 LIMITS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'docs', 'limits.md')
@@ -122,7 +123,7 @@ def test_an_uneven_all_gather_then_rank_0_evaluating_is_no_hang(monkeypatch, blo
                             call=dict(op='broadcast_object_list', where='metric.py:9 in f')
                             if rank else None)
                  for rank, snapshot in enumerate(snapshots)}
-    assert not diagnose(positions, 180, blocking).stop
+    assert not diagnose(positions, 180, blocking, MMENGINE_LINES).stop
 
 
 def _torch_s_functions() -> dict:

@@ -10,6 +10,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mmdet3d_ddp_guard import GuardedDDP
 from mmdet3d_ddp_guard.stall_guard import diagnose
+from mmdet3d_ddp_guard.environment.framework_table import MMENGINE_LINES
 from tests.dist_utils import run_distributed
 
 pytestmark = pytest.mark.skipif(
@@ -51,5 +52,5 @@ def test_join_trains_as_plain_ddp_and_its_shadow_collectives_pair():
     assert max(iterations[0]) < max(iterations[1])  # the shadows carry rank 0's iteration
     assert positions[0]['groups']['world']['issued'] == \
         positions[1]['groups']['world']['issued']
-    diagnosis = diagnose(positions, 5.0, blocking=True)
+    diagnosis = diagnose(positions, 5.0, blocking=True, lines=MMENGINE_LINES)
     assert not diagnosis.stop, diagnosis.text

@@ -10,6 +10,7 @@ import torch.nn as nn
 from mmdet3d_ddp_guard.stall_guard.rank_position import RankPosition
 from mmdet3d_ddp_guard.stall_guard.stall_watchdog import REPORT_WAIT, StallWatchdog
 from mmdet3d_ddp_guard.stall_guard.store_protocol import KEY_PREFIX, StallStore
+from mmdet3d_ddp_guard.environment.framework_table import MMENGINE_LINES
 from tests.dist_utils import run_distributed
 
 TIMEOUT = 0.5
@@ -37,7 +38,7 @@ def _watchdog(rank, world_size, name, position, logs):
                                         dist.distributed_c10d._get_default_store()))
     return store, StallWatchdog(position, TIMEOUT, lambda message, error: logs.append(message),
                                 StallStore(store, rank, list(range(world_size))),
-                                blocking=True)
+                                blocking=True, lines=MMENGINE_LINES)
 
 
 def _through_store_faults(rank, world_size):
@@ -174,7 +175,7 @@ def test_a_rank_that_raises_publishes_its_error_and_a_hung_store_cannot_hold_it(
                                        dist.distributed_c10d._get_default_store()))
     position = RankPosition(nn.Linear(2, 2))
     watchdog = StallWatchdog(position, 30.0, lambda message, error: None,
-                             StallStore(store, 0, [0]), blocking=True)
+                             StallStore(store, 0, [0]), blocking=True, lines=MMENGINE_LINES)
     watchdog.report_exception(ValueError('this rank cannot read its batch'))
     published = watchdog.store.position(0)  # what the judge reads (None where unpublished)
     assert published is not None and \

@@ -194,7 +194,10 @@ FRAMEWORKS: Tuple[Framework, ...] = (
                               'choose: GuardedDDP(model)'),
             let_the_guard_choose=("Remove it (or pass 'auto') to let GuardedDDP choose."),
             own_wrapper="torch's DistributedDataParallel",
-            where='in your code'),
+            where='in your code',
+            find_the_branch=('log which batches take the branch, on which rank (a plain loop '
+                             'has no config for `check` to simulate)'),
+            plain_norm='nn.BatchNorm2d or nn.GroupNorm in place of the synchronised layer'),
         distributions=(('torch', None), ),
         written_for=lambda cfg: False,
         runner_types=(),

@@ -29,6 +29,9 @@ class ConfigLines:
             script (not the config's top level) asked for DDP's graph search.
         own_wrapper (str): The framework's own DDP wrapper, the one the guard replaces.
         where (str): Where the user writes these lines (``in your config``).
+        find_the_branch (str): How to find which batches take a branch that holds a
+            collective (the stall guard's fix).
+        plain_norm (str): A norm layer without a collective, as the user writes it.
     """
     wrapper: str
     guard: str
@@ -39,6 +42,9 @@ class ConfigLines:
     let_the_guard_choose: str
     own_wrapper: str
     where: str = 'in your config'
+    find_the_branch: str = ('run `python -m mmdet3d_ddp_guard check CONFIG --world-size N` to '
+                            'see which batches take the branch')
+    plain_norm: str = "norm_cfg=dict(type='BN')"
 
     def mode(self, value) -> str:
         """The line that asks for ``find_unused_parameters=value``."""

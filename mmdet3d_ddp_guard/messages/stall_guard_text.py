@@ -13,10 +13,14 @@ from .config_lines import ConfigLines
 NOT_ANSWERING = ('does not answer (still moving, gone, or stuck where its watchdog cannot '
                  'run)')
 
-FIX = ('Fix: run `python -m mmdet3d_ddp_guard check CONFIG --world-size N` to see which '
-       'batches take the branch; keep the collective on every rank (run the branch on '
-       'every rank, with an empty or zero-weighted input where it has nothing to do), or use '
-       "a plain BatchNorm or GroupNorm there (norm_cfg=dict(type='BN')).")
+
+
+def collective_fix(lines: ConfigLines) -> str:
+    """The fix of a collective that runs on some ranks only, in the framework's words."""
+    return (f'Fix: {lines.find_the_branch}; keep the collective on every rank (run the branch '
+            'on every rank, with an empty or zero-weighted input where it has nothing to do), '
+            f'or use a plain BatchNorm or GroupNorm there ({lines.plain_norm}).')
+
 CANNOT_MEET = ('a collective that runs on some ranks only (in a branch that depends on '
                'the batch, or a loss term reduced only when a class has boxes) pairs with '
                'another collective or with none.')
@@ -142,7 +146,7 @@ def deadlock_text(issued: Sequence[Tuple[int, Sequence[int]]]) -> str:
 def diagnosis_text(stalled_for: float, places: Sequence[Tuple[Sequence[int], str]],
                    raised: Sequence[int], others_wait: bool, mismatch: Optional[str],
                    deadlock: Optional[str], goes_on: Optional[str], waiting: Sequence[int],
-                   busy: Sequence[int], silent: Sequence[int]) -> str:
+                   busy: Sequence[int], silent: Sequence[int], words: ConfigLines) -> str:
     """The diagnosis every rank logs.
 
     Args:
@@ -156,6 +160,7 @@ def diagnosis_text(stalled_for: float, places: Sequence[Tuple[Sequence[int], str
         goes_on (str, optional): None when the run ends; else a key of :data:`GOES_ON`, or
             ``'slow_rank'`` (``waiting`` wait for ``busy``) or ``'silent'`` (``silent``
             have not answered).
+        words (ConfigLines): The framework's words, for the fix.
     """
     header = f'mmdet3d_ddp_guard stall guard: no rank has moved for {stalled_for:g} s.'
     lines = ['Where each rank is:'] + [f'  {ranks_text(ranks)}: {place}'
@@ -169,7 +174,7 @@ def diagnosis_text(stalled_for: float, places: Sequence[Tuple[Sequence[int], str
             causes.append(f'The ranks cannot meet: {mismatch} So {CANNOT_MEET}')
         elif deadlock is not None:
             causes.append(f'The ranks cannot meet: {deadlock}')
-        lines += causes + [FIX if not raised or len(causes) > 1 else
+        lines += causes + [collective_fix(words) if not raised or len(causes) > 1 else
                            'Fix: the error of the rank that raised, in its log.',
                            'Every rank ends the run now.']
     elif goes_on == 'slow_rank':

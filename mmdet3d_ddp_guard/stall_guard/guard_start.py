@@ -65,7 +65,8 @@ def watch_ranks(position: RankPosition, timeout: Optional[float],
     store = StallStore(dist.PrefixStore(f'{KEY_PREFIX}{next(_WATCHDOGS_BUILT)}/',
                                         _default_store()),
                        dist.get_rank(process_group), global_ranks(process_group))
-    watchdog = StallWatchdog(position, timeout, log, store, collectives_block(process_group))
+    watchdog = StallWatchdog(position, timeout, log, store, collectives_block(process_group),
+                             lines)
     _PROCESS_WATCHDOG.hold(watchdog, model)
     activate(position.collectives)
     # A wrapper collected without stop() (a benchmark's, a test's) records nothing after.

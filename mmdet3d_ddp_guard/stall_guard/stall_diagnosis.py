@@ -29,6 +29,7 @@ who waits for whom and the run goes on. What it found is handed to
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from ..messages.config_lines import ConfigLines
 from ..messages.stall_guard_text import (collective_differs_text, deadlock_text,
                                          diagnosis_text, digests_differ_text, issued_text,
                                          place_text)
@@ -139,7 +140,7 @@ def _different_counts(positions: Dict[int, dict]) -> Optional[List[Tuple[int, Li
 
 
 def diagnose(positions: Dict[int, Optional[dict]], stalled_for: float,
-             blocking: bool) -> Diagnosis:
+             blocking: bool, lines: ConfigLines) -> Diagnosis:
     """Judges the ranks' snapshots (None for a rank that has not answered).
 
     Args:
@@ -147,6 +148,7 @@ def diagnose(positions: Dict[int, Optional[dict]], stalled_for: float,
         stalled_for (float): The stall timeout, for the words.
         blocking (bool): Whether the backend's collectives block the host until every rank
             has joined (gloo): then the host positions are evidence too.
+        lines (ConfigLines): The words of the framework that trains, for the fix.
     """
     answered = {rank: p for rank, p in positions.items() if p is not None}
     raised = sorted(rank for rank, p in answered.items() if p['error'] is not None)
@@ -178,4 +180,5 @@ def diagnose(positions: Dict[int, Optional[dict]], stalled_for: float,
         goes_on = 'same_collective' if waiting else 'no_wait'
     places_of_ranks = [(ranks, text) for text, ranks in places.items()]
     return Diagnosis(stop, diagnosis_text(stalled_for, places_of_ranks, raised, others_wait,
-                                          mismatch, deadlock, goes_on, waiting, busy, silent))
+                                          mismatch, deadlock, goes_on, waiting, busy, silent,
+                                          lines))

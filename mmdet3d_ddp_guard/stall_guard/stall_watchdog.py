@@ -32,6 +32,7 @@ import time
 import weakref
 from typing import Callable, Dict, List, Optional, Set
 
+from ..messages.config_lines import ConfigLines
 from ..messages.stall_guard_text import own_fault, store_fault
 from .phases import Phase
 from .rank_position import RankPosition
@@ -63,10 +64,11 @@ class StallWatchdog:
         log (callable): ``log(message, is_error)``; the adapter's logger.
         store (StallStore): This rank's side of the store protocol.
         blocking (bool): Whether the group's collectives block the host.
+        lines (ConfigLines): The words of the framework that trains, for the diagnosis.
     """
 
-    def __init__(self, position: RankPosition, timeout: float,
-                 log: Callable[[str, bool], None], store: StallStore, blocking: bool):
+    def __init__(self, position: RankPosition, timeout: float, log: Callable[[str, bool], None],
+                 store: StallStore, blocking: bool, lines: ConfigLines):
         self.position = position
         self.timeout = float(timeout)
         self.answer_wait = default_answer_wait(self.timeout)
@@ -74,6 +76,7 @@ class StallWatchdog:
         self.store = store
         self.rank = store.rank
         self.blocking = blocking
+        self.lines = lines
         self._log = log
         self._exit_callbacks: List[Callable[[], None]] = []
         # Serialises the store's use between this thread and report_exception's.
@@ -229,7 +232,7 @@ class StallWatchdog:
 
     def _verdict_on(self, round_number: int, positions: Dict[int, Optional[dict]],
                     changes: int) -> Verdict:
-        diagnosis = diagnose(positions, self.timeout, self.blocking)
+        diagnosis = diagnose(positions, self.timeout, self.blocking, self.lines)
         return Verdict(round_number, changes, diagnosis.stop, diagnosis.text,
                        checkpoint=sorted(rank for rank, p in positions.items()
                                          if p is not None and p['phase'] == Phase.CHECKPOINT))

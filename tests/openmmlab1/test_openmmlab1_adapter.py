@@ -234,7 +234,7 @@ def test_the_checkpoint_phase_is_published_while_mmcv_saves(tmp_path, single_ran
     runner = IterBasedRunner(model, work_dir=str(tmp_path), logger=logging.getLogger('t'))
     store = dist.PrefixStore(KEY_PREFIX + 'phase/', dist.distributed_c10d._get_default_store())
     watchdog = StallWatchdog(position, 30, lambda text, error: None,
-                             StallStore(store, 0, [0]), blocking=True)
+                             StallStore(store, 0, [0]), blocking=True, lines=MMCV1_LINES)
     watchdog.start()
     StallPhaseHook(watchdog).attach(runner)
     runner.save_checkpoint(str(tmp_path), create_symlink=False)
