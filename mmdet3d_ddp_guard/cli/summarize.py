@@ -13,7 +13,8 @@ import logging
 import os.path as osp
 import sys
 
-from ..environment.framework_table import rows_of
+from ..environment.framework_table import FRAMEWORKS, rows_of
+from ..environment.framework_table import framework as framework_row
 from ..environment.frameworks import installed_frameworks
 from ..reporting.history_file import (RecordedTable, history_path, missing_iterations,
                                       read_history, replay_statistics, table_path)
@@ -37,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--prefix', default='unused_params',
                         help="the hook's file_prefix (default: unused_params)")
     parser.add_argument('--no-plot', action='store_true', help='do not draw the PNG')
+    parser.add_argument('--framework', choices=[row.name for row in FRAMEWORKS], default=None,
+                        help='the framework the run trained with, whose words the setting '
+                             'that fits is written in (default: the first installed, in the '
+                             f'order {", ".join(row.name for row in FRAMEWORKS)})')
 
 
 def main(args: argparse.Namespace) -> int:
@@ -71,9 +76,10 @@ def main(args: argparse.Namespace) -> int:
         logger.warning(f'{lines_path} has no line for iteration(s) {first}-{last}; the '
                        'summary covers the iterations it has.')
     world_size = max(len(line['unused_per_rank']) for line in lines)
-    # The files do not say which framework wrote them; the post-mortem runs where it trained.
-    # (The first installed in the table's order: MMEngine where it is.)
-    framework = rows_of(installed_frameworks())[0]
+    # The files do not say which framework wrote them; the post-mortem runs where it trained
+    # (the first installed in the table's order: MMEngine where it is), unless told.
+    framework = framework_row(args.framework) if args.framework \
+        else rows_of(installed_frameworks())[0]
     summary = summary_dict(table, replay_statistics(len(table), lines), world_size,
                            framework.lines.guard)
     try:

@@ -1,0 +1,57 @@
+"""The plain adapter under torchrun, as users launch it: a worker that crashes is restarted
+(``--max-restarts``) and resumes from the script's checkpoint, training bit for bit as
+torch's DDP with its graph search under the same crash and restart; and the report's summary
+is written when the script ends without ``finish()``."""
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from demo.launch import REPO, free_port
+from tests.dist_utils import TRUSTED_LOAD
+from tests.equivalence import assert_state_equal
+from tests.timeouts import scaled
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def _torchrun(*script_args, max_restarts: int = 0) -> subprocess.CompletedProcess:
+    command = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2',
+               f'--max-restarts={max_restarts}', '--master-addr=127.0.0.1',
+               f'--master-port={free_port()}',
+               osp.join(REPO, 'tests', 'pytorch', 'torchrun_loop.py')] + list(script_args)
+    environment = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS='1')
+    return subprocess.run(command, capture_output=True, text=True, env=environment,
+                          timeout=scaled(150))
+
+
+def _final_states(out: str):
+    return [torch.load(f'{out}.{rank}', **TRUSTED_LOAD) for rank in range(2)]
+
+
+def test_a_restarted_worker_resumes_and_trains_as_the_graph_search(tmp_path):
+    states = {}
+    for wrapper in ('guarded', 'graph_search'):
+        out = str(tmp_path / wrapper)
+        run = _torchrun('--wrapper', wrapper, '--checkpoint-dir', str(tmp_path), '--out', out,
+                        '--crash-at', '3', max_restarts=1)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        assert 'rank 1 crashes once, before step 3' in run.stderr
+        states[wrapper] = _final_states(out)
+    for rank in range(2):
+        guarded, reference = states['guarded'][rank], states['graph_search'][rank]
+        assert guarded['restarted'] == 1 and guarded['start'] == 3
+        for key in ('params', 'buffers', 'optimizer_state', 'none_grads'):
+            assert_state_equal(guarded[key], reference[key], f'rank {rank} {key}')
+
+
+def test_the_summary_is_written_when_the_script_ends_without_finish(tmp_path):
+    report_dir = tmp_path / 'report'
+    run = _torchrun('--wrapper', 'guarded', '--checkpoint-dir', str(tmp_path), '--out',
+                    str(tmp_path / 'out'), '--report-dir', str(report_dir))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert 'UnusedParamsHook summary' in run.stderr
+    assert (report_dir / 'unused_params_summary.txt').is_file()
