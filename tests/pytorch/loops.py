@@ -194,3 +194,29 @@ def plain_ddp_steps(rank: int, world_size: int, steps: int = 6, **ddp_kwargs) ->
     for batches in _batches_of(rank, 'plain', steps, 1):
         run.step(rank, batches)
     return steps
+
+
+def static_graph_beside_the_graph_search(rank: int, world_size: int, style: str,
+                                         accumulate: int, beside: bool, steps: int = 6) -> Dict:
+    """Torch's DDP(model, static_graph=True) in ``style``, and with ``beside`` the graph
+    search side by side: how far the static graph got (the first line of the error it
+    raised), and where it finished, which parameters ended different from the graph
+    search's. (Not beside where it raises: the graph search's reducer would keep the group
+    alive, and the rank that did not raise would wait for the other for ever.)"""
+    runs = [Run(lambda model: DistributedDataParallel(model, static_graph=True), style)]
+    if beside:
+        runs.append(Run(graph_search, style))
+    finished = 0
+    for batches in _batches_of(rank, 'plain', steps, accumulate):
+        try:
+            runs[0].step(rank, batches, accumulate)
+        except RuntimeError as error:
+            return dict(steps=finished, error=str(error).strip().split('\n')[0])
+        if beside:
+            runs[1].step(rank, batches, accumulate)
+        finished += 1
+    static, searched = (run.state() for run in runs)
+    return dict(steps=finished, error=None,
+                differ=[name for name, value in searched['params'].items()
+                        if not torch.equal(static['params'][name], value)],
+                none_grads=static['none_grads'], params=static['params'])
