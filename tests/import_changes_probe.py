@@ -298,18 +298,21 @@ def apply_extra_patches() -> dict:
     barrier = dist.barrier
     dist.barrier = lambda *args, **kwargs: barrier(*args, **kwargs)
     torch.nn.parallel.DistributedDataParallel.ddp_guard_probe = True
-    if 'mmengine' in sys.modules:
-        from mmengine.registry import MODELS
-    else:
-        from mmcv.cnn import MODELS
-    MODELS.register_module(name='DDPGuardProbe', module=torch.nn.Linear)
     os.environ['DDP_GUARD_PROBE'] = '1'
     atexit.register(os.getpid)
-    return dict(environment='DDP_GUARD_PROBE',
-                function='torch.distributed.barrier',
-                class_attribute='torch.nn.parallel.distributed.DistributedDataParallel.'
-                'ddp_guard_probe',
-                registration='DDPGuardProbe')
+    patches = dict(environment='DDP_GUARD_PROBE',
+                   function='torch.distributed.barrier',
+                   class_attribute='torch.nn.parallel.distributed.DistributedDataParallel.'
+                   'ddp_guard_probe')
+    # A registry where a framework holds one (torch alone has none).
+    if 'mmengine' in sys.modules:
+        from mmengine.registry import MODELS
+    elif 'mmcv' in sys.modules:
+        from mmcv.cnn import MODELS
+    else:
+        return patches
+    MODELS.register_module(name='DDPGuardProbe', module=torch.nn.Linear)
+    return dict(patches, registration='DDPGuardProbe')
 
 
 def _report(changes: list, listed: dict) -> list:

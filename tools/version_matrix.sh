@@ -77,9 +77,11 @@ TESTS=(
 OPENMMLAB1_TESTS=(tests/test_layout.py tests/test_ddp_contract.py tests/test_import_changes.py
   tests/test_sparse_gradients.py tests/test_training_changes.py tests/test_one_way_step.py
   tests/openmmlab1)
-# The pytorch leg has torch alone: the layout's import rules, the DDP contract and sparse
-# gradients against torch's own DDP, and the plain adapter's tests.
-PYTORCH_TESTS=(tests/test_layout.py tests/test_ddp_contract.py tests/test_sparse_gradients.py
+# The pytorch leg has torch alone: the layout's import rules, what importing changes there
+# (nothing: README), the DDP contract and sparse gradients against torch's own DDP, and the
+# plain adapter's tests.
+PYTORCH_TESTS=(tests/test_layout.py tests/test_import_changes.py tests/test_ddp_contract.py
+  tests/test_sparse_gradients.py
   tests/pytorch)
 
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}

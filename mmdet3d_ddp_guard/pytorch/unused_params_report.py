@@ -2,6 +2,7 @@
 log and in the files that ``python -m mmdet3d_ddp_guard summarize`` reads."""
 import atexit
 import logging
+import time
 import weakref
 from typing import List, Optional
 
@@ -94,6 +95,13 @@ class UnusedParamsReport(ReportOptions):
         main_process = not dist.is_initialized() or dist.get_rank() == 0
         self.start_report(model, model.module, True, out_dir, _LoopLogger(), main_process,
                           PYTORCH_LINES)
+        # A loop has no resume of its own for the report: an earlier run's (or a restarted
+        # worker's earlier attempt's) file is kept beside the new one, not emptied.
+        if main_process:
+            kept = self.report.history.set_aside(time.strftime('before-%Y%m%d-%H%M%S'))
+            if kept:
+                log_from_rank(f'UnusedParamsReport: {out_dir} held an earlier run\'s '
+                              f'per-iteration file; it is now {kept}.', logging.WARNING)
         self.report.prepare_out_dir(fresh=True)
         self._handle = model.register_forward_pre_hook(self._before_forward)
         # A loop that never calls finish() still gets its summary (rank 0, no collective).

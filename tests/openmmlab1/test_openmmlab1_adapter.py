@@ -33,7 +33,8 @@ class TwoHeads(nn.Module):
 
 
 def test_only_mmcv_full_is_installed_and_the_package_imports():
-    assert set(mmdet3d_ddp_guard.FRAMEWORKS) == {'mmcv-full'}
+    # torch alone is a framework too: the plain PyTorch adapter's (mmdet3d_ddp_guard.pytorch).
+    assert set(mmdet3d_ddp_guard.FRAMEWORKS) == {'mmcv-full', 'torch'}
     assert importlib.util.find_spec('mmengine') is None
     assert 'GuardedMMDistributedDataParallel' in mmdet3d_ddp_guard.__all__
     assert not hasattr(mmdet3d_ddp_guard, 'GuardedDDP')

@@ -105,3 +105,13 @@ def test_check_says_plainly_what_it_does_for_a_loop_without_a_config(tmp_path):
                                      'to simulate. Train it under '
                                      'mmdet3d_ddp_guard.pytorch.GuardedDDP')
     assert 'To check a config, install MMEngine' in checked.stdout
+
+
+def test_a_second_run_into_the_same_out_dir_keeps_the_first_run_s_file(tmp_path):
+    for _ in range(2):
+        ranks = run_until_exit(_train_with_the_report, str(tmp_path), 'auto', True,
+                               timeout=90)
+        assert [rank.exitcode for rank in ranks] == [0, 0]
+    kept = list(tmp_path.glob('unused_params.jsonl.before-*'))
+    assert len(kept) == 1 and len(kept[0].read_text().splitlines()) == STEPS
+    assert f'it is now {kept[0]}' in ranks[0].output
