@@ -20,8 +20,8 @@ pytestmark = pytest.mark.timeout(400)
 
 def _torchrun(*script_args, max_restarts: int = 0) -> subprocess.CompletedProcess:
     command = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2',
-               f'--max-restarts={max_restarts}', '--master-addr=127.0.0.1',
-               f'--master-port={free_port()}',
+               f'--max_restarts={max_restarts}', '--master_addr=127.0.0.1',
+               f'--master_port={free_port()}',
                osp.join(REPO, 'tests', 'pytorch', 'torchrun_loop.py')] + list(script_args)
     environment = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS='1')
     return subprocess.run(command, capture_output=True, text=True, env=environment,

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from mmdet3d_ddp_guard.pytorch import UnusedParamsReport
+from tests.dist_utils import TRUSTED_LOAD
 from tests.pytorch.loops import Run, _batches_of, graph_search, guarded
 
 STEPS = 6
@@ -45,7 +46,7 @@ def main() -> None:
     checkpoint = osp.join(args.checkpoint_dir, f'{args.wrapper}.pth')
     start = 0
     if osp.exists(checkpoint):
-        state = torch.load(checkpoint, weights_only=False)
+        state = torch.load(checkpoint, **TRUSTED_LOAD)
         run.model.module.load_state_dict(state['model'])
         run.optimizer.load_state_dict(state['optimizer'])
         start = state['step'] + 1
