@@ -414,6 +414,63 @@ def test_only_the_adapters_and_the_table_name_a_framework():
     assert found == {}, found
 
 
+#: What names a framework in a string: a dotted path into one of its packages
+#: (``'mmcv.ops.sync_bn'``), or a class or config key that one of them defines (the guard's
+#: own names, GuardedDDP and UnusedParamsHook, are the package's, shared by its adapters).
+FRAMEWORK_PATH = re.compile(r'\b(?:' + '|'.join(FRAMEWORKS) + r')\.[A-Za-z_]')
+FRAMEWORK_WORDS = re.compile(r'\b(?:' + '|'.join((
+    # classes
+    'MMDistributedDataParallel', 'IterBasedRunner', 'EpochBasedRunner', 'FlexibleRunner',
+    'OptimizerHook', 'GradientCumulativeOptimizerHook', 'OptimWrapper', 'AmpOptimWrapper',
+    'NaiveSyncBatchNorm1d', 'NaiveSyncBatchNorm2d', 'MessageHub', 'print_log',
+    # config keys and registered types
+    'model_wrapper_cfg', 'custom_imports', 'custom_hooks', 'norm_cfg', 'ddp_guard',
+    'randomness', 'optim_wrapper', 'optimizer_config', 'train_dataloader', 'default_scope',
+    'accumulative_counts', 'MMSyncBN', 'naiveSyncBN1d', 'naiveSyncBN2d')) + r')\b')
+
+
+def framework_strings(source: str) -> List[str]:
+    """The string constants of ``source`` outside docstrings (f-strings' literal parts
+    included) that name a framework's module path, class or config key."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                       ast.AsyncFunctionDef))
+                  and ast.get_docstring(node, clean=False) is not None}
+    return [found for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings
+            for found in FRAMEWORK_PATH.findall(node.value) + FRAMEWORK_WORDS.findall(node.value)]
+
+
+def test_only_the_adapters_and_the_table_hold_a_framework_s_words():
+    """Every difference between the frameworks is a field of the table's row: no module
+    outside the adapters and the table holds a framework's module path, class name or
+    config key in its code (a message included; docstrings and comments are prose)."""
+    found = {}
+    for root, _, files in os.walk(PACKAGE):
+        relative = osp.relpath(root, PACKAGE)
+        if relative.split(os.sep)[0] in ADAPTERS:
+            continue
+        for name in sorted(files):
+            path = osp.normpath(osp.join(relative, name))
+            if name.endswith('.py') and path != osp.normpath(FRAMEWORK_TABLE):
+                with open(osp.join(root, name)) as source:
+                    strings = framework_strings(source.read())
+                if strings:
+                    found[path] = strings
+    assert found == {}, found
+
+
+def test_a_framework_s_words_in_a_string_are_found():
+    assert sorted(framework_strings(
+        '"""Docstrings are prose: mmcv.ops and model_wrapper_cfg."""\n'
+        "KNOWN = {('mmcv.ops.sync_bn', 'SyncBatchNorm')}\n"
+        "message = f'write {x} in model_wrapper_cfg or norm_cfg'\n"
+        "plain = 'torch.nn.SyncBatchNorm and GuardedDDP'\n")) == \
+        ['mmcv.o', 'model_wrapper_cfg', 'norm_cfg']
+
+
 def test_a_framework_named_outside_the_table_is_found():
     identities = framework_identities()
     assert sorted(framework_references(

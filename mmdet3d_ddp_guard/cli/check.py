@@ -114,8 +114,8 @@ def run_check(cfg, world_size: int, iters: int, framework: str,
                          sync_norm_cfg_keys(cfg.model))
     prediction.update(seed=simulation.seed, seed_from_config=simulation.seed_given)
     # Under mmcv 1.x the guard's setting is its import line, pasted over the config's own.
-    guard = import_line(cfg.get('custom_imports')) if row.guard_is_import_line \
-        else row.lines.guard
+    guard = import_line(cfg.get(row.imports_key), row.imports_key) \
+        if row.guard_is_import_line else row.lines.guard
     summary = summary_dict(record.table, record.statistics, world_size, guard)
     plain = prediction['plain_ddp']
     # The prediction sees forward collectives too: its verdict is the summary's.
@@ -137,12 +137,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='draw iterations x ranks (unused, fails, hangs) into this PNG')
     parser.add_argument('--seed', type=int, default=None,
                         help="the training's seed; a shuffling sampler orders the data by "
-                             'it. mmcv-full 1.x: the --seed of its tools/train.py, set as '
-                             "cfg.seed over the config's own seed as those scripts set it; "
-                             "default 0, the --seed default of the BEV codebases' "
-                             'tools/train.py (BEVFormer, UniAD, StreamPETR, PETR; mmdet '
-                             "2.x's draws a random one). MMEngine: set as randomness.seed; "
-                             "default the config's, else a random one, as its Runner draws")
+                             'it. ' + '. '.join(row.seed_help for row in reversed(FRAMEWORKS)
+                                                 if row.seed_help))
     parser.add_argument('--work-dir', default=None,
                         help='where the summary files go (default: a temporary folder)')
     parser.add_argument('--cfg-options', nargs='+', action=_dict_action(), default={},
@@ -179,23 +175,25 @@ def working_directory_on_path() -> None:
         sys.path.insert(0, cwd)
 
 
-def custom_import_problem(path: str) -> Optional[str]:
+def custom_import_problem(path: str, key: str) -> Optional[str]:
     """Why a module of the config's ``custom_imports`` cannot be imported (naming it and the
     fix, see :func:`import_codebase_module`), read from the config's source; None when each
     imports or the source does not say.
 
     Args:
         path (str): The config file.
+        key (str): The config key of the modules it imports (its framework's row's
+            ``imports_key``).
     """
     try:
-        custom = config_file_keys(path).get('custom_imports')
+        custom = config_file_keys(path).get(key)
     except (OSError, SyntaxError, ValueError, RecursionError):
         return None
     imports = custom.get('imports') if isinstance(custom, Mapping) else None
     for name in [imports] if isinstance(imports, str) else imports or []:
         if isinstance(name, str):
             try:
-                import_codebase_module(name, "in the config's custom_imports")
+                import_codebase_module(name, f"in the config's {key}")
             except SimulationError as error:
                 return str(error)
     return None
@@ -222,7 +220,7 @@ def main(args: argparse.Namespace) -> int:
     except ImportError:
         # Both Configs re-raise a failed custom import without naming the module (mmcv 1.x)
         # or the fix.
-        problem = custom_import_problem(args.config)
+        problem = custom_import_problem(args.config, framework_row(framework).imports_key)
         if problem is None:
             raise
         print(f'check: {problem}')
@@ -235,7 +233,8 @@ def main(args: argparse.Namespace) -> int:
         print(f'check: {error}')
         return BAD_USAGE
     table = simulation.record.table
-    print(report(summary, prediction, table, framework, cfg.get('custom_imports'),
+    print(report(summary, prediction, table, framework,
+                 cfg.get(framework_row(framework).imports_key),
                  config_seed=getattr(simulation, 'config_seed', None),
                  notes=[note for note in [getattr(simulation, 'plugin_note', None)] if note]))
     work_dir = args.work_dir or tempfile.mkdtemp(prefix='ddp_guard_check_')

@@ -51,6 +51,15 @@ class Framework:
             loop the user writes, which has none.
         without_a_config (str): What ``check`` says of a training of this framework, which
             has no config to read; empty where it reads configs.
+        sync_norm_classes (tuple): ``(module, class)`` of its layers that run a collective in
+            their training forward, besides torch's ``SyncBatchNorm`` (whatever is
+            installed: a class is told by its module and name, not imported).
+        sync_norm_cfg_types (tuple[str]): The ``norm_cfg`` types that build such a layer.
+        imports_key (str): The config key that lists the modules a training imports
+            (``check`` reads and writes it).
+        seed_help (str): ``check --seed``'s help, in its words.
+        setting_lines (tuple[str]): What ``check``'s report adds after the guard's setting
+            lines, in its words.
     """
     name: str
     title: str
@@ -70,6 +79,11 @@ class Framework:
     to_install: str
     reads_configs: bool = True
     without_a_config: str = ''
+    sync_norm_classes: Tuple[Tuple[str, str], ...] = ()
+    sync_norm_cfg_types: Tuple[str, ...] = ()
+    imports_key: str = ''
+    seed_help: str = ''
+    setting_lines: Tuple[str, ...] = ()
 
 
 def _written_for_mmengine(cfg: Mapping[str, Any]) -> bool:
@@ -96,6 +110,15 @@ def _written_for_mmcv1(cfg: Mapping[str, Any]) -> bool:
             or isinstance(data, Mapping) and 'train' in data)
 
 
+#: The OpenMMLab frameworks' words for the stall guard's fix of a collective in a branch.
+_CHECK_THE_BRANCH = ('run `python -m mmdet3d_ddp_guard check CONFIG --world-size N` to see which '
+                     'batches take the branch')
+_PLAIN_NORM_CFG = "norm_cfg=dict(type='BN')"
+#: ``norm_cfg`` types that build a layer with a collective in its forward, as mmcv and
+#: mmdet3d register them ('SyncBN' is torch's SyncBatchNorm).
+_SYNC_NORM_CFG_TYPES = ('SyncBN', 'MMSyncBN', 'naiveSyncBN1d', 'naiveSyncBN2d')
+
+
 # In order: a config whose keys are MMEngine's is MMEngine's (its keys win), and MMEngine is
 # the framework ``check`` reads a config with where the keys say neither.
 FRAMEWORKS: Tuple[Framework, ...] = (
@@ -116,7 +139,12 @@ FRAMEWORKS: Tuple[Framework, ...] = (
             static_graph_fix=("remove static_graph=True from model_wrapper_cfg and let "
                               "GuardedDDP choose: model_wrapper_cfg = dict(type='GuardedDDP')"),
             let_the_guard_choose="Remove it (or write 'auto') to let GuardedDDP choose.",
-            own_wrapper="MMEngine's MMDistributedDataParallel"),
+            own_wrapper="MMEngine's MMDistributedDataParallel",
+            where='in your config',
+            find_the_branch=_CHECK_THE_BRANCH,
+            plain_norm=_PLAIN_NORM_CFG,
+            runner_option='model_wrapper_cfg',
+            accumulation_option='accumulative_counts'),
         distributions=(('mmengine', None), ),
         written_for=_written_for_mmengine,
         runner_types=(),
@@ -131,7 +159,20 @@ FRAMEWORKS: Tuple[Framework, ...] = (
         minimum=(0, 8),
         too_old=('mmdet3d_ddp_guard needs mmengine >= 0.8 (as mmdet3d 1.4 does), but mmengine '
                  "{version} is installed: pip install -U 'mmengine>=0.8'."),
-        to_install="MMEngine (mmdet3d >= 1.1: pip install 'mmengine>=0.8')"),
+        to_install="MMEngine (mmdet3d >= 1.1: pip install 'mmengine>=0.8')",
+        sync_norm_classes=(
+            ('mmcv.ops.sync_bn', 'SyncBatchNorm'),  # mmcv's 'MMSyncBN'
+            ('mmdet3d.models.layers.norm', 'NaiveSyncBatchNorm1d'),  # 'naiveSyncBN1d'
+            ('mmdet3d.models.layers.norm', 'NaiveSyncBatchNorm2d'),  # 'naiveSyncBN2d'
+        ),
+        sync_norm_cfg_types=_SYNC_NORM_CFG_TYPES,
+        imports_key='custom_imports',
+        seed_help=("MMEngine: set as randomness.seed; default the config's, else a random one, "
+                   'as its Runner draws'),
+        setting_lines=("    custom_hooks = [dict(type='UnusedParamsHook')]  # optional: "
+                       'per-iteration report',
+                       '(or inherit configs/_base_/ddp_guard.py), and delete any top-level '
+                       '`find_unused_parameters = ...` line.')),
     # The training scripts pass cfg.get('find_unused_parameters', False) to mmcv's DDP, and
     # the guard reads the same key: a line at the end of the config also overrides an
     # inherited one.
@@ -155,7 +196,10 @@ FRAMEWORKS: Tuple[Framework, ...] = (
             # The script passed True itself: what the config writes wins over it.
             let_the_guard_choose=("To let the guard choose, add this line to your config: "
                                   "find_unused_parameters='auto'."),
-            own_wrapper="mmcv's MMDistributedDataParallel"),
+            own_wrapper="mmcv's MMDistributedDataParallel",
+            where='in your config',
+            find_the_branch=_CHECK_THE_BRANCH,
+            plain_norm=_PLAIN_NORM_CFG),
         # mmcv below 2.0 is mmcv-full's lite build.
         distributions=(('mmcv-full', None), ('mmcv', (2, 0))),
         written_for=_written_for_mmcv1,
@@ -173,7 +217,20 @@ FRAMEWORKS: Tuple[Framework, ...] = (
                  'mmdet3d_ddp_guard from custom_imports and set find_unused_parameters = True '
                  'in your config instead.'),
         to_install=("mmcv-full 1.x for mmdet 2.x / mmdet3d 0.x (see mmcv's install guide: it "
-                    'is compiled for your torch and CUDA)')),
+                    'is compiled for your torch and CUDA)'),
+        sync_norm_classes=(
+            ('mmcv.ops.sync_bn', 'SyncBatchNorm'),
+            ('mmdet3d.ops.norm', 'NaiveSyncBatchNorm1d'),  # mmdet3d 0.x and 1.0.0rc
+            ('mmdet3d.ops.norm', 'NaiveSyncBatchNorm2d'),
+        ),
+        sync_norm_cfg_types=_SYNC_NORM_CFG_TYPES,
+        imports_key='custom_imports',
+        seed_help=("mmcv-full 1.x: the --seed of its tools/train.py, set as cfg.seed over the "
+                   "config's own seed as those scripts set it; default 0, the --seed default of "
+                   "the BEV codebases' tools/train.py (BEVFormer, UniAD, StreamPETR, PETR; "
+                   "mmdet 2.x's draws a random one)"),
+        setting_lines=('(it guards every MMDistributedDataParallel the training builds), and '
+                       'delete any top-level `find_unused_parameters = ...` line.', )),
     # torch alone: the user builds the wrapper in their own loop. Its GuardedDDP is not
     # re-exported (mmdet3d_ddp_guard.GuardedDDP is MMEngine's): the import names the folder.
     # Last, so that a config (check) and a work dir (summarize) are read by an OpenMMLab

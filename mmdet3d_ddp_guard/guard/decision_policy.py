@@ -80,7 +80,7 @@ def initial_decision(requested, source: str, static_graph: bool, lines: ConfigLi
     if requested is True and accumulative_counts > 1 \
             and not graph_search_accumulates_right(torch_version):
         return Decision(Mode.COMPLETE, requested, source,
-                        accumulation_bug_reason(accumulative_counts, torch_version),
+                        accumulation_bug_reason(accumulative_counts, torch_version, lines),
                         lines, warning=True)
     if requested is True:
         return Decision(Mode.FIND_UNUSED, requested, source,

@@ -13,18 +13,12 @@ from typing import List, Optional, Tuple
 
 import torch.nn as nn
 
+from ..environment.framework_table import FRAMEWORKS
 from ..messages.build_warnings import forward_collectives_message
 
 #: (module of the class, class name) of layers with a collective in their training forward,
-#: besides ``torch.nn.SyncBatchNorm`` and its subclasses (mmcv's ``'SyncBN'`` is torch's).
-#: The ``norm_cfg`` types that build them are the simulation's ``SYNC_NORM_CFG_TYPES``.
-_COLLECTIVE_CLASSES = {
-    ('mmcv.ops.sync_bn', 'SyncBatchNorm'),  # mmcv's 'MMSyncBN'
-    ('mmdet3d.models.layers.norm', 'NaiveSyncBatchNorm1d'),  # mmdet3d's 'naiveSyncBN1d'
-    ('mmdet3d.models.layers.norm', 'NaiveSyncBatchNorm2d'),  # mmdet3d's 'naiveSyncBN2d'
-    ('mmdet3d.ops.norm', 'NaiveSyncBatchNorm1d'),  # the same in mmdet3d 0.x and 1.0.0rc
-    ('mmdet3d.ops.norm', 'NaiveSyncBatchNorm2d'),
-}
+#: besides ``torch.nn.SyncBatchNorm`` and its subclasses: every framework's, from its row.
+_COLLECTIVE_CLASSES = {pair for row in FRAMEWORKS for pair in row.sync_norm_classes}
 
 
 def has_forward_collective(module: nn.Module) -> bool:

@@ -32,6 +32,11 @@ class ConfigLines:
         find_the_branch (str): How to find which batches take a branch that holds a
             collective (the stall guard's fix).
         plain_norm (str): A norm layer without a collective, as the user writes it.
+        runner_option (str): Where the wrapper's own options are written when the
+            framework's runner builds it (``model_wrapper_cfg``); empty where no runner
+            builds it from options.
+        accumulation_option (str): The option that sets gradient accumulation, where the
+            guard reads it from the framework; empty elsewhere.
     """
     wrapper: str
     guard: str
@@ -41,10 +46,11 @@ class ConfigLines:
     static_graph_fix: str
     let_the_guard_choose: str
     own_wrapper: str
-    where: str = 'in your config'
-    find_the_branch: str = ('run `python -m mmdet3d_ddp_guard check CONFIG --world-size N` to '
-                            'see which batches take the branch')
-    plain_norm: str = "norm_cfg=dict(type='BN')"
+    where: str
+    find_the_branch: str
+    plain_norm: str
+    runner_option: str = ''
+    accumulation_option: str = ''
 
     def mode(self, value) -> str:
         """The line that asks for ``find_unused_parameters=value``."""

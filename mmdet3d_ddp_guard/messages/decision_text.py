@@ -40,12 +40,12 @@ MODE_EXPLANATIONS = {
 #: What a run that accumulates gradients gets instead of DDP's graph search before torch 2.4.
 ACCUMULATION_BUG = (
     'find_unused_parameters=True was written, but this run accumulates gradients '
-    '(accumulative_counts={counts}) on torch {torch_version}, where DDP\'s graph search does '
+    '({option}={counts}) on torch {torch_version}, where DDP\'s graph search does '
     'not synchronise a parameter used in an earlier micro-step of the window but not in the '
     'last one (pytorch/pytorch#69031, fixed in torch 2.4 by pytorch/pytorch#124193): the '
-    'ranks would silently train different weights. GuardedDDP trains this run with mode '
+    'ranks would silently train different weights. {wrapper} trains this run with mode '
     "'complete' instead, which gives what the corrected graph search gives. To keep this "
-    "choice without this warning, write find_unused_parameters='auto' in your config; to "
+    "choice without this warning, write find_unused_parameters='auto' {where}; to "
     'use DDP\'s graph search, upgrade torch to 2.4 or newer.')
 
 STATIC_GRAPH_HONOURED = 'static_graph=True was written; it is honoured.'
@@ -57,8 +57,10 @@ NOTHING_OBSERVED = (
     'changes.')
 
 
-def accumulation_bug_reason(counts: int, torch_version: str) -> str:
-    return ACCUMULATION_BUG.format(counts=counts, torch_version=torch_version)
+def accumulation_bug_reason(counts: int, torch_version: str, lines: ConfigLines) -> str:
+    return ACCUMULATION_BUG.format(counts=counts, torch_version=torch_version,
+                                   option=lines.accumulation_option, wrapper=lines.wrapper,
+                                   where=lines.where)
 
 
 def graph_search_honoured_reason(source: str, lines: ConfigLines) -> str:

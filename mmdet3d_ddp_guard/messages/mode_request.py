@@ -33,8 +33,8 @@ def read_request(wrapper_value, config_value=_SENTINEL, built_by_runner: bool = 
     run does not start, since either choice would silently ignore one of them. ``lines``:
     the words of the framework whose config is read (mmcv 1.x has the top-level key only).
     """
-    wrapper_option = ('model_wrapper_cfg.find_unused_parameters', '') if built_by_runner \
-        else ('find_unused_parameters', ' (argument of GuardedDDP)')
+    wrapper_option = (f'{lines.runner_option}.find_unused_parameters', '') if built_by_runner \
+        else ('find_unused_parameters', f' (argument of {lines.wrapper})')
     for (option, where), value in ((wrapper_option, wrapper_value),
                                    (('find_unused_parameters', ' (config top level)'),
                                     config_value)):
@@ -53,14 +53,14 @@ def read_request(wrapper_value, config_value=_SENTINEL, built_by_runner: bool = 
     if wrapper_value is not _SENTINEL and config_value is not _SENTINEL \
             and wrapper_value != config_value:
         raise ValueError(
-            'GuardedDDP: the config sets find_unused_parameters twice with different values: '
-            f'{config_value!r} at the top level and {wrapper_value!r} in model_wrapper_cfg. '
-            'Delete one of the two lines (the top-level one usually comes from an inherited '
-            "mmdet3d config; 'auto' lets GuardedDDP choose).")
+            f'{lines.wrapper}: the config sets find_unused_parameters twice with different '
+            f'values: {config_value!r} at the top level and {wrapper_value!r} in '
+            f'{lines.runner_option}. Delete one of the two lines (the top-level one usually '
+            f"comes from an inherited mmdet3d config; 'auto' lets {lines.wrapper} choose).")
     if wrapper_value is not _SENTINEL:
         if built_by_runner:
-            return wrapper_value, 'model_wrapper_cfg'
-        return wrapper_value, (f'GuardedDDP(find_unused_parameters={wrapper_value!r}) '
+            return wrapper_value, lines.runner_option
+        return wrapper_value, (f'{lines.wrapper}(find_unused_parameters={wrapper_value!r}) '
                                'in Python')
     if config_value is not _SENTINEL:
         return config_value, CONFIG_TOP_LEVEL

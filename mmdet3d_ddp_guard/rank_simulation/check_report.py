@@ -24,13 +24,15 @@ SEED_SCRIPTS = 'BEVFormer, UniAD, StreamPETR and PETR (and in mmdet3d 0.17.1)'
 GUARD_MODULE = 'mmdet3d_ddp_guard'
 
 
-def import_line(custom_imports: Optional[Mapping] = None) -> str:
+def import_line(custom_imports: Optional[Mapping], key: str) -> str:
     """The ``custom_imports`` line that imports the guard, for the end of a config whose
     merged ``custom_imports`` is ``custom_imports``: its list with the guard added and its
-    ``allow_failed_imports`` kept, since the line replaces the list the config has.
+    ``allow_failed_imports`` kept, since the line replaces the list the config has. ``key``:
+    the config key of the framework's imports (its row's ``imports_key``).
 
     Args:
         custom_imports (Mapping): The config's ``custom_imports``, or None.
+        key (str): Its key.
     """
     custom_imports = custom_imports or {}
     imports = custom_imports.get('imports') or []
@@ -39,7 +41,7 @@ def import_line(custom_imports: Optional[Mapping] = None) -> str:
     if GUARD_MODULE not in imports:
         imports.append(GUARD_MODULE)
     allow = custom_imports.get('allow_failed_imports', False)
-    return f'custom_imports = dict(imports={imports!r}, allow_failed_imports={allow!r})'
+    return f'{key} = dict(imports={imports!r}, allow_failed_imports={allow!r})'
 
 
 def train_script_seed_text(seed: int, config_seed: Any = None) -> str:
@@ -92,14 +94,8 @@ def report(summary: dict, prediction: dict, table, framework: str,
                   'prevent that hang. Then, for the unused parameters, add to your config:']
     else:
         lines += ['', 'Add to your config:']
-    lines.append(f'    {import_line(custom_imports)}')
-    if row.guard_is_import_line:
-        lines += ['(it guards every MMDistributedDataParallel the training builds), and '
-                  'delete any top-level `find_unused_parameters = ...` line.', '=' * 78]
-        return '\n'.join(lines)
-    lines += [
-        f'    {summary["verdict"]["recommended_setting"]}',
-        "    custom_hooks = [dict(type='UnusedParamsHook')]  # optional: per-iteration report",
-        '(or inherit configs/_base_/ddp_guard.py), and delete any top-level '
-        '`find_unused_parameters = ...` line.', '=' * 78]
+    lines.append(f'    {import_line(custom_imports, row.imports_key)}')
+    if not row.guard_is_import_line:
+        lines.append(f'    {summary["verdict"]["recommended_setting"]}')
+    lines += list(row.setting_lines) + ['=' * 78]
     return '\n'.join(lines)

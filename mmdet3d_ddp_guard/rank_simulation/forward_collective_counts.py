@@ -3,18 +3,20 @@ like): their training-mode calls counted per simulated rank, and the config key 
 each, so that ``check`` names the ``norm_cfg`` to change.
 
 Which layers those are is the guard's list (:mod:`..guard.forward_collectives`, which warns
-about them at GuardedDDP's build); the ``norm_cfg`` types here are the names the frameworks
-register those classes under.
+about them at GuardedDDP's build); the ``norm_cfg`` types are the names the frameworks
+register those classes under, from their rows of the framework table.
 """
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch.nn as nn
 
+from ..environment.framework_table import FRAMEWORKS
 from ..guard.forward_collectives import forward_collective_modules
 
 #: ``norm_cfg`` types that build one of the guard's layers with a collective in their
-#: forward, as registered by mmcv and mmdet3d.
-SYNC_NORM_CFG_TYPES = ('SyncBN', 'MMSyncBN', 'naiveSyncBN1d', 'naiveSyncBN2d')
+#: forward, every framework's.
+SYNC_NORM_CFG_TYPES = tuple(sorted({kind for row in FRAMEWORKS
+                                    for kind in row.sync_norm_cfg_types}))
 
 
 class ForwardCollectiveCounter:

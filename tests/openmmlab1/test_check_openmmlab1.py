@@ -28,13 +28,16 @@ from mmdet3d_ddp_guard.__main__ import main
 from mmdet3d_ddp_guard.cli.check import load_config
 from mmdet3d_ddp_guard.rank_simulation.check_report import import_line
 from mmdet3d_ddp_guard.rank_simulation.config_framework import (
-    config_file_keys, config_framework, framework_of_config, written_for)
+    config_file_keys, config_framework, config_frameworks, framework_of_config, written_for)
 from demo.launch import free_port, kill_process_tree
 from mmdet3d_ddp_guard.environment.framework_table import MMCV1_LINES
 from mmdet3d_ddp_guard.environment.frameworks import installed_frameworks
-from mmdet3d_ddp_guard.environment.framework_table import MMCV1, MMENGINE
+from mmdet3d_ddp_guard.environment.framework_table import MMCV1, MMENGINE, framework
 from tests.openmmlab1.tiny_coco import make_tiny_coco
 from tests.timeouts import scaled
+
+#: mmcv 1.x's key of the modules a training imports.
+KEY = framework(MMCV1).imports_key
 
 needs_mmcv1 = pytest.mark.skipif('mmcv-full' not in installed_frameworks(),
                                  reason='needs mmcv-full 1.x and mmdet 2.x (.venvs/openmmlab1)')
@@ -116,7 +119,7 @@ def test_the_config_keys_say_which_framework_it_is_written_for(mmengine_config):
 
 def test_the_installed_framework_simulates_and_a_foreign_config_is_bad_usage(
         mmengine_config, capsys):
-    installed = installed_frameworks()
+    installed = config_frameworks()  # torch alone reads no config
     if len(installed) == 1:
         # Only the installed framework's Config can read its configs.
         assert config_framework(CONFIG) == config_framework(mmengine_config) == \
@@ -227,15 +230,15 @@ def test_real_two_rank_plain_ddp_fails_where_predicted(coco_env, tmp_path, capsy
 
 
 def test_the_import_line_adds_the_guard_to_the_configs_own_list():
-    assert import_line(None) == import_line({}) == MMCV1_LINES.guard
-    assert import_line(dict(imports=['projects.mmdet3d_plugin'])) == (
+    assert import_line(None, KEY) == import_line({}, KEY) == MMCV1_LINES.guard
+    assert import_line(dict(imports=['projects.mmdet3d_plugin']), KEY) == (
         "custom_imports = dict(imports=['projects.mmdet3d_plugin', 'mmdet3d_ddp_guard'], "
         'allow_failed_imports=False)')
     # One module name as a string, the user's allow_failed_imports, no second guard entry.
-    assert import_line(dict(imports='a.b', allow_failed_imports=True)) == (
+    assert import_line(dict(imports='a.b', allow_failed_imports=True), KEY) == (
         "custom_imports = dict(imports=['a.b', 'mmdet3d_ddp_guard'], "
         'allow_failed_imports=True)')
-    assert import_line(dict(imports=['mmdet3d_ddp_guard', 'a.b'])) == (
+    assert import_line(dict(imports=['mmdet3d_ddp_guard', 'a.b']), KEY) == (
         "custom_imports = dict(imports=['mmdet3d_ddp_guard', 'a.b'], "
         'allow_failed_imports=False)')
 
@@ -244,7 +247,7 @@ def test_the_import_line_adds_the_guard_to_the_configs_own_list():
 def test_the_advised_line_pasted_at_the_end_keeps_the_configs_imports(tmp_path):
     pasted = tmp_path / 'pasted.py'
     pasted.write_text(f'_base_ = [{CONFIG!r}]\n'
-                      f"{import_line(load_config(CONFIG, MMCV1).custom_imports)}\n")
+                      f"{import_line(load_config(CONFIG, MMCV1).custom_imports, KEY)}\n")
     # What the bare line alone would do: replace the list, the detector's import lost.
     alone = tmp_path / 'alone.py'
     alone.write_text(f'_base_ = [{CONFIG!r}]\n{MMCV1_LINES.guard}\n')
