@@ -135,7 +135,7 @@ class DecisionPolicy:
                                 completes=previous.mode == Mode.COMPLETE)
         self.decision = Decision(previous.mode, previous.requested, previous.source, reason,
                                  previous.lines, usage.iteration,
-                                 evidence_lines(usage, statistics, table))
+                                 evidence_lines(usage, statistics, statistics.ever_unused, table))
         return self.decision
 
     @staticmethod

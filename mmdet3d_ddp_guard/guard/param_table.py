@@ -24,6 +24,8 @@ class ParamTable:
             the checkpoint's keys.
 
     Attributes:
+        names, shapes, numels, module_types (list): Per id, what messages/ read of it
+            (plain values: the words take no call into the guard's objects).
         sparse (frozenset[int]): The parameters whose gradients are sparse, as DDP tells
             them (``nn.Embedding`` and ``nn.EmbeddingBag`` built with ``sparse=True``).
     """
@@ -33,6 +35,7 @@ class ParamTable:
         self.names: List[str] = []
         self.params = []
         self.shapes: List[Tuple[int, ...]] = []
+        self.numels: List[int] = []
         self.module_types: List[str] = []
         sparse = []
         for name, param in module.named_parameters():
@@ -44,14 +47,12 @@ class ParamTable:
             self.names.append(name)
             self.params.append(param)
             self.shapes.append(tuple(param.shape))
+            self.numels.append(param.numel())
             self.module_types.append(type(owner).__name__)
         self.sparse = frozenset(sparse)
 
     def __len__(self) -> int:
         return len(self.params)
-
-    def numel(self, index: int) -> int:
-        return self.params[index].numel()
 
     def describe(self, index: int) -> Dict:
         """One parameter as a JSON-ready dict (the id-to-name table of the reports)."""
@@ -59,5 +60,5 @@ class ParamTable:
             id=index,
             name=self.names[index],
             shape=list(self.shapes[index]),
-            numel=self.numel(index),
+            numel=self.numels[index],
             module_type=self.module_types[index])

@@ -1,9 +1,9 @@
 """How messages name parameters: one line per owning module, and aligned tables of rows.
 
-Every message speaks of parameters through a parameter table (``names``, ``module_types``,
-``shapes`` and ``numel(index)``, :class:`~mmdet3d_ddp_guard.guard.param_table.ParamTable`),
-so an index in a JSON line, a name in the log and a row in the summary mean the same
-parameter.
+Every message speaks of parameters through a parameter table's plain lists (``names``,
+``module_types``, ``shapes`` and ``numels``, :class:`~mmdet3d_ddp_guard.guard.param_table.
+ParamTable`'s attributes: the words call nothing of the guard), so an index in a JSON line, a
+name in the log and a row in the summary mean the same parameter.
 """
 from collections import OrderedDict
 from typing import Iterable, List, Sequence, Tuple
@@ -28,7 +28,7 @@ def grouped_lines(table, indices: Iterable[int], limit: int = 12) -> List[str]:
     for module_name, members in list(by_module.items())[:limit]:
         leaves = ', '.join(table.names[i][len(module_name) + 1 if module_name else 0:]
                            for i in members)
-        numel = sum(table.numel(i) for i in members)
+        numel = sum(table.numels[i] for i in members)
         lines.append(f'{module_name or "<root>"} ({table.module_types[members[0]]}): '
                      f'{leaves} [{numel} elements]')
     if len(by_module) > limit:
