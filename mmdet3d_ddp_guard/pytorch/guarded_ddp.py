@@ -86,9 +86,9 @@ class GuardedDDP(GuardedWrapper, DistributedDataParallel):
     same diagnosis on every rank and ends the process on every rank with exit code 1.
     ``stall_timeout=None`` turns it off.
 
-    **The log.** Messages go to the ``logging`` logger ``'mmdet3d_ddp_guard'`` where your
-    program has configured logging (a handler on it or on the root logger); otherwise to
-    stderr, from rank 0 (errors from every rank).
+    **The log.** Messages go to the handlers of the ``logging`` logger
+    ``'mmdet3d_ddp_guard'`` where your program gave it some; otherwise to stderr, from rank 0
+    (errors from every rank).
 
     Args:
         module (nn.Module): The model to wrap.

@@ -2,6 +2,7 @@
 ``DistributedDataParallel(model, find_unused_parameters=True)``, bit for bit on 2 gloo
 ranks, on a detector whose per-scale heads drop out of the loss when their scale has no
 target, while ``DistributedDataParallel(model)`` dies on it."""
+import importlib.util
 import inspect
 import subprocess
 import sys
@@ -86,6 +87,9 @@ def test_a_loop_as_users_write_it_trains_as_the_graph_search(style):
         pytest.skip(f'torch {torch.__version__} has no CPU GradScaler')
     if style == 'compile' and not hasattr(torch, 'compile'):
         pytest.skip(f'torch {torch.__version__} has no torch.compile')
+    if style == 'join' and importlib.util.find_spec('torch.distributed.algorithms.join') is None:
+        # torch 1.9's DDP.join all-reduces a joined rank's zeros without the comm hook.
+        pytest.skip(f'torch {torch.__version__}: join under a comm hook needs torch >= 1.10')
     results = run_distributed(train_side_by_side, style=style, timeout=240)
     assert_trains_as_reference(results)
     # The loop met unused parameters, on a rank that had not joined.
