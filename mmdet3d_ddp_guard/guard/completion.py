@@ -33,24 +33,24 @@ class UnusedCompletion:
             its gradient all-reduce goes through the comm hook that carries the counts.
         record (ParamUsageRecord): The usage record built on ``ddp``'s module before DDP.
         policy (DecisionPolicy): The decision, revised as the record resolves iterations.
-        log (callable): ``log(message)`` for the policy's revisions.
 
     **Resolved iterations.** Whatever resolves the record's open iterations (the wrapper's
     :meth:`resolve` once the next forward returned, a report's :meth:`take_for_report`, or
     :meth:`settle` in a single process and at a forced exchange), the completion acts on
     each, in order: in mode ``'strict'``, an iteration in which some rank left parameters
     unreached makes the stop (:class:`UnusedParametersError`, the first such iteration's);
-    otherwise the policy observes it, and a revision is logged. The stop is raised at once
+    otherwise the policy observes it, and a revision's message is kept for the adapter to
+    log (:meth:`take_revisions`): the completion calls no logger. The stop is raised at once
     unless a report keeps the resolved iterations (:meth:`keep_for_report`): the report then
     writes the iteration that stopped the run before it raises the stop it is handed (or
     the wrapper does, at the next forward, if the report never asked).
     """
 
     def __init__(self, ddp: DistributedDataParallel, record: ParamUsageRecord,
-                 policy: DecisionPolicy, log: Callable[[str], None]):
+                 policy: DecisionPolicy):
         self.record = record
         self.policy = policy
-        self._log = log
+        self._revisions: List[str] = []
         #: Backwards settled so far (every micro-step of an accumulation window counts): the
         #: iteration number an adapter gives outside its framework's runner.
         self.iterations_ended = 0
@@ -212,6 +212,11 @@ class UnusedCompletion:
         stop, self._stop = self._stop, None
         return kept, stop
 
+    def take_revisions(self) -> List[str]:
+        """The messages of the decision's revisions since the last call, in order."""
+        revisions, self._revisions = self._revisions, []
+        return revisions
+
     def raise_stop(self) -> None:
         """Raises the strict stop that resolved iterations made, if any."""
         stop, self._stop = self._stop, None
@@ -229,7 +234,7 @@ class UnusedCompletion:
                 continue
             revised = policy.observe(usage, record.statistics, record.table)
             if revised is not None:
-                self._log(decision_message(revised))
+                self._revisions.append(decision_message(revised))
         if self._kept_for_report is not None:
             self._kept_for_report.extend(resolved)
 

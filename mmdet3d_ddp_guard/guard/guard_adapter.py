@@ -35,7 +35,9 @@ class GuardAdapter(ABC):
     2. ``forward_returned()`` once the model's forward has returned, before any backward:
        what the previous steps left open in the usage record is resolved and acted on there
        (a report hook may have resolved it already, after the optimizer step, through
-       ``resolved_for_report``: resolving twice is a no-op);
+       ``resolved_for_report``: resolving twice is a no-op); it returns the messages of the
+       decision's revisions, which the adapter logs with its framework (the guard calls no
+       logger; at the run's end its report takes the last ones with ``take_revisions``);
     3. ``enter_backward()``, then the backward inside ``telling_the_stall_guard()``, where
        the framework lets the wrapper run it (MMEngine's optim wrapper);
     4. ``settle_after_backward(reduces, iteration)`` with the same iteration once the

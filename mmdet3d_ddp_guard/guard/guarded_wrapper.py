@@ -91,12 +91,10 @@ class GuardedWrapper(GuardAdapter):
         off), and the adapter's own state."""
         self.policy = policy
         self.usage_record = usage_record
-        # The framework's logging function, not a bound method: the counts' comm hook lives
-        # in DDP's C++ reducer and the watchdog's thread holds its logger, where a reference
-        # back to this wrapper would keep it alive for ever.
+        # The framework's logging function, not a bound method: the watchdog's thread holds
+        # its logger, where a reference back to this wrapper would keep it alive for ever.
         log = self.log
-        self.completion = UnusedCompletion(self, usage_record, policy,
-                                           lambda message: log(message, level=logging.INFO))
+        self.completion = UnusedCompletion(self, usage_record, policy)
         if dist.get_backend(self.process_group) == 'gloo':
             leave_gloo_cleanly_at_exit()
         self.stall_position = RankPosition(module)
@@ -122,17 +120,25 @@ class GuardedWrapper(GuardAdapter):
         if then is not None:
             self.stall_position.enter(then)
 
-    def forward_returned(self) -> None:
+    def forward_returned(self) -> List[str]:
         """The step's forward has returned, its kernels queued: what the previous steps left
         open is resolved now (their reduced counts read: a wait for the GPU, which has this
         forward to run meanwhile; at the step's start the GPU idled while the host began the
         step: 0.2 % of a GPU-bound step on an H200). Every rank comes here at the same point
         of the step, so the strict stop and a gather of the ranks' masks are issued alike. A
         step that never comes here leaves its iterations open: the next reduced bucket
-        carries their counts too (:meth:`ParamUsageRecord.expect_counts`)."""
+        carries their counts too (:meth:`ParamUsageRecord.expect_counts`). Returns the
+        messages of the decision's revisions since the last step, however they were resolved,
+        for the adapter to log with its framework (the guard calls no logger)."""
         with self.telling_the_stall_guard():
             self.completion.resolve()
             self.completion.raise_stop()
+        return self.take_revisions()
+
+    def take_revisions(self) -> List[str]:
+        """The messages of the decision's revisions not handed over yet (an adapter's report
+        asks at the run's end, where no forward follows)."""
+        return self.completion.take_revisions()
 
     def keep_resolved_for_report(self) -> None:
         """A report will ask for the resolved iterations: keep them until it does."""

@@ -154,7 +154,8 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
         with self.guarded_step(iteration):
             with self.step_backwards.module_step():
                 outputs = super().train_step(*inputs, **kwargs)
-            self.forward_returned()
+            for revision in self.forward_returned():
+                self.log(revision)
             # mmcv's train_step prepares DDP's reducer for the backward on these conditions.
             reduces = torch.is_grad_enabled() and self.require_backward_grad_sync
             loss = outputs.get('loss') if isinstance(outputs, dict) else None

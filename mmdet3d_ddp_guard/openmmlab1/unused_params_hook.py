@@ -161,6 +161,9 @@ class UnusedParamsHook(ReportOptions, Hook):
 
     def after_run(self, runner) -> None:
         self._log_counts(runner, self.report.finish(runner.epoch))
+        if isinstance(runner.model, GuardedMMDistributedDataParallel):
+            for revision in runner.model.take_revisions():  # what the last exchange revised
+                runner.model.log(revision)
 
 
 def keep_loaded_checkpoint_meta() -> bool:

@@ -143,7 +143,8 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
                                                                          MMENGINE_LINES))
                 data = self.module.data_preprocessor(data, training=True)
                 losses = self._run_forward(data, mode='loss')
-                self.forward_returned()
+                for revision in self.forward_returned():
+                    self.log(revision)
             parsed_loss, log_vars = self.module.parse_losses(losses)
             with _settling_after_backward(optim_wrapper, self, reduces, iteration):
                 optim_wrapper.update_params(parsed_loss)

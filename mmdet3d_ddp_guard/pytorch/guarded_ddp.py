@@ -154,7 +154,8 @@ class GuardedDDP(GuardedWrapper, DistributedDataParallel):
         with self.guarded_step(iteration):
             with self.step_backwards.module_step():
                 output = super().forward(*inputs, **kwargs)
-            self.forward_returned()
+            for revision in self.forward_returned():
+                self.log(revision)
             self.step_backwards.expect_backwards(output_tensors(output), reduces)
         return output
 

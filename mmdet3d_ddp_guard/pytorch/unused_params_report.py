@@ -103,6 +103,7 @@ class UnusedParamsReport(ReportOptions):
                 log_from_rank(f'UnusedParamsReport: {out_dir} held an earlier run\'s '
                               f'per-iteration file; it is now {kept}.', logging.WARNING)
         self.report.prepare_out_dir(fresh=True)
+        self._model = weakref.proxy(model)
         self._handle = model.register_forward_pre_hook(self._before_forward)
         # A loop that never calls finish() still gets its summary (rank 0, no collective).
         atexit.register(_summary_at_exit, weakref.ref(self))
@@ -121,7 +122,10 @@ class UnusedParamsReport(ReportOptions):
         iterations it reported. Later forwards are not reported."""
         self._finished = True
         self._handle.remove()
-        return self.report.finish(self.epoch)
+        reported = self.report.finish(self.epoch)
+        for revision in self._model.take_revisions():  # what the last exchange revised
+            log_from_rank(revision)
+        return reported
 
 
 def _summary_at_exit(report_ref) -> None:

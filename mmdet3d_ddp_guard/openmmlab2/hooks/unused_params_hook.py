@@ -160,3 +160,6 @@ class UnusedParamsHook(ReportOptions, Hook):
 
     def after_train(self, runner) -> None:
         self._log_counts(runner, self.report.finish(runner.epoch))
+        if isinstance(runner.model, GuardedDDP):  # what the last exchange revised
+            for revision in runner.model.take_revisions():
+                runner.model.log(revision)
