@@ -28,6 +28,7 @@ import time
 import torch.distributed as dist
 import torch.nn as nn
 
+from mmdet3d_ddp_guard.environment.framework_table import MMENGINE_LINES
 from mmdet3d_ddp_guard.stall_guard.rank_position import RankPosition
 from mmdet3d_ddp_guard.stall_guard.stall_watchdog import StallWatchdog
 from mmdet3d_ddp_guard.stall_guard.store_protocol import KEY_PREFIX, StallStore
@@ -77,7 +78,7 @@ def stall(world_size: int, case: str, timeout: float, host: str, port: int) -> d
         position = RankPosition(model)
         store = StallStore(dist.PrefixStore(prefix, client), rank, list(range(world_size)))
         watchdog = MeasuredWatchdog(position, timeout, lambda text, error: None, store,
-                                    blocking=True)
+                                    blocking=True, lines=MMENGINE_LINES)
         # As start_forward, without marking this position as the one the thread steps for.
         position.iteration = 0
         position.collectives.start_iteration(0)
