@@ -394,12 +394,8 @@ def framework_references(source: str, identities: Set[str]) -> List[str]:
     return found
 
 
-def test_only_the_adapters_and_the_table_name_a_framework():
-    """Adding a framework means one adapter folder and one row of the table: everything else
-    (``check``, ``summarize``, the reports, the messages, the guard, the package's import)
-    dispatches through the table's rows."""
-    identities = framework_identities()
-    found = {}
+def modules_outside_the_adapters_and_the_table() -> Iterator[Tuple[str, str]]:
+    """(path in the package, source) of every module but the adapters' and the table's."""
     for root, _, files in os.walk(PACKAGE):
         relative = osp.relpath(root, PACKAGE)
         if relative.split(os.sep)[0] in ADAPTERS:
@@ -408,10 +404,17 @@ def test_only_the_adapters_and_the_table_name_a_framework():
             path = osp.normpath(osp.join(relative, name))
             if name.endswith('.py') and path != osp.normpath(FRAMEWORK_TABLE):
                 with open(osp.join(root, name)) as source:
-                    references = framework_references(source.read(), identities)
-                if references:
-                    found[path] = references
-    assert found == {}, found
+                    yield path, source.read()
+
+
+def test_only_the_adapters_and_the_table_name_a_framework():
+    """Adding a framework means one adapter folder and one row of the table: everything else
+    (``check``, ``summarize``, the reports, the messages, the guard, the package's import)
+    dispatches through the table's rows."""
+    identities = framework_identities()
+    found = {path: framework_references(source, identities)
+             for path, source in modules_outside_the_adapters_and_the_table()}
+    assert {path: found for path, found in found.items() if found} == {}
 
 
 #: What names a framework in a string: a dotted path into one of its packages
@@ -447,19 +450,9 @@ def test_only_the_adapters_and_the_table_hold_a_framework_s_words():
     """Every difference between the frameworks is a field of the table's row: no module
     outside the adapters and the table holds a framework's module path, class name or
     config key in its code (a message included; docstrings and comments are prose)."""
-    found = {}
-    for root, _, files in os.walk(PACKAGE):
-        relative = osp.relpath(root, PACKAGE)
-        if relative.split(os.sep)[0] in ADAPTERS:
-            continue
-        for name in sorted(files):
-            path = osp.normpath(osp.join(relative, name))
-            if name.endswith('.py') and path != osp.normpath(FRAMEWORK_TABLE):
-                with open(osp.join(root, name)) as source:
-                    strings = framework_strings(source.read())
-                if strings:
-                    found[path] = strings
-    assert found == {}, found
+    found = {path: framework_strings(source)
+             for path, source in modules_outside_the_adapters_and_the_table()}
+    assert {path: found for path, found in found.items() if found} == {}
 
 
 def test_a_framework_s_words_in_a_string_are_found():

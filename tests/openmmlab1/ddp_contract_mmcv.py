@@ -8,22 +8,14 @@ import contextlib
 import logging
 
 import torch
-import torch.nn as nn
 from mmcv.parallel import MMDistributedDataParallel
 from mmcv.utils import Config
 
 import mmdet3d_ddp_guard  # noqa: F401 - guards MMDistributedDataParallel, as custom_imports does
-from tests.ddp_contract import sgd_param_groups
+from tests.ddp_contract import ContractModel, sgd_param_groups
 
 
-class ContractModel(nn.Module):
-
-    def __init__(self, net):
-        super().__init__()
-        self.net = net
-
-    def forward(self, tokens, use_branch=True, use_embedding=True):
-        return self.net(tokens, use_branch, use_embedding)
+class StepContractModel(ContractModel):
 
     def train_step(self, data, optimizer):
         loss = self(**data)
@@ -36,7 +28,7 @@ class ContractModel(nn.Module):
 class MMCVAdapter:
 
     def model(self, net):
-        return ContractModel(net)
+        return StepContractModel(net)
 
     def wrap(self, model, guarded: bool, mode, **kwargs):
         """``mode``: the config's ``find_unused_parameters`` ('auto': not written)."""

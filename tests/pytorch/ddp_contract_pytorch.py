@@ -6,22 +6,10 @@ the loss divided by the window's length."""
 import contextlib
 
 import torch
-import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from mmdet3d_ddp_guard.pytorch import GuardedDDP
-from tests.ddp_contract import sgd_param_groups
-
-
-class ContractModel(nn.Module):
-    """The contract's net as a user's model holds it (the cases reach it as ``.net``)."""
-
-    def __init__(self, net):
-        super().__init__()
-        self.net = net
-
-    def forward(self, tokens, use_branch=True, use_embedding=True):
-        return self.net(tokens, use_branch, use_embedding)
+from tests.ddp_contract import ContractModel, sgd_param_groups
 
 
 class PlainAdapter:
