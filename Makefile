@@ -25,7 +25,8 @@ test: venv
 # by measured duration to end in under 5 minutes on a quiet 2-core machine (4 min 16 s there,
 # 2026-12-04: 276 tests in 184 s, then the 46 below in 63 s): the usage record, completion in each
 # mode, training bit for bit against DDP's graph search and the DDP contract, the hook, `check`,
-# `summarize`, the stall guard's judgement and watchdog, and three of its 2-rank cases. Then the
+# `summarize`, the stall guard's judgement and watchdog, and three of its 2-rank cases, the
+# plain PyTorch adapter's loops and modes against torch's own DDP. Then the
 # mmcv 1.x adapter's core, from the checkout, in the openmmlab1 leg's venv (built when missing,
 # as `make test` does): what the import guards and the config's keys mean, every backward shape
 # trained by a real mmcv IterBasedRunner as mmcv's own DDP, bit for bit on 2 ranks (one launch),
@@ -49,7 +50,8 @@ QUICK_TESTS := \
 	'tests/test_stall_guard.py::test_a_rank_that_raises_while_the_others_wait[2_ranks]' \
 	'tests/test_stall_guard.py::test_waiting_for_one_slow_rank_is_not_a_hang[slow_rank_syncs-2_ranks-blocking]' \
 	tests/test_layout.py tests/test_python38_syntax.py tests/test_import_changes.py \
-	tests/test_training_changes.py tests/test_exchange_due.py tests/test_one_way_step.py
+	tests/test_training_changes.py tests/test_exchange_due.py tests/test_one_way_step.py \
+	tests/pytorch/test_plain_loop.py tests/pytorch/test_plain_modes.py
 QUICK_OPENMMLAB1_TESTS := \
 	tests/openmmlab1/test_openmmlab1_adapter.py tests/openmmlab1/test_step_backwards.py \
 	tests/openmmlab1/test_exchange_due_mmcv.py tests/openmmlab1/test_fix_lines_mmcv1.py \
