@@ -158,8 +158,7 @@ def test_a_comm_hook_that_replaced_the_guard_s_is_named_in_the_framework_s_words
     monkeypatch.setattr(DistributedDataParallel, 'register_comm_hook', lambda *args: None)
     model = ToyDetector('skip_odd')
     completion = UnusedCompletion(SimpleNamespace(process_group=None), ParamUsageRecord(model),
-                                  DecisionPolicy('auto', 'default', False, fix['lines']),
-                                  print)
+                                  DecisionPolicy('auto', 'default', False, fix['lines']))
     with pytest.raises(RuntimeError) as raised:
         completion.settle(reduces=True, iteration=0)
     assert str(raised.value) == fix['comm_hook']
