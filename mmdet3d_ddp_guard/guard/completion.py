@@ -148,24 +148,28 @@ class UnusedCompletion:
             if reduces:
                 shadow_all_reduce()
             return
-        last = self.record.last
-        unused = tuple(sorted(last.unused_on_all_ranks)) if last is not None else ()
         self.iterations_ended += 1
+        iteration = self.iterations_ended - 1
         if not reduces:
-            self.record.end_local_iteration(self.iterations_ended - 1, unused, False)
+            self.record.end_local_iteration(iteration, self._joined_unused(), False)
             return
         # Where the active ranks resolve, once their forward has returned.
         self.resolve()
         self.raise_stop()
-        last = self.record.last
-        unused = tuple(sorted(last.unused_on_all_ranks)) if last is not None else ()
+        unused = self._joined_unused()
         self._completing = (unused, False)
         try:
             shadow_all_reduce()
         finally:
             self._completing = None
-        self.record.end_local_iteration(self.iterations_ended - 1, unused, False)
+        self.record.end_local_iteration(iteration, unused, False)
         self.record.expect_counts(self._counts.take_counts())
+
+    def _joined_unused(self) -> Tuple[int, ...]:
+        """What a joined rank counts as unused: what every rank left unused in the last
+        iteration resolved (its own last one, then each shadow's)."""
+        last = self.record.last
+        return tuple(sorted(last.unused_on_all_ranks)) if last is not None else ()
 
     def _local_counts(self, device, dtype) -> torch.Tensor:
         """This rank's part of the counts on DDP's last bucket (see the comm hook)."""
