@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from mmdet3d_ddp_guard.stall_guard import recording_functions
+from mmdet3d_ddp_guard.stall_guard.process_stall_guard import PROCESS_STALL_GUARD
 from mmdet3d_ddp_guard.stall_guard.collective_log import CollectiveLog
 
 
@@ -48,15 +48,15 @@ def main():
     model = Nest(10)
     x = torch.ones(1)
     log = CollectiveLog(model)
-    recording_functions.record_collectives()
+    PROCESS_STALL_GUARD.recording.record_collectives()
     times = {'torch': [], 'recorded': []}
     for _ in range(args.repetitions):
         for name in times:
-            recording_functions.activate(log if name == 'recorded' else None)
+            PROCESS_STALL_GUARD.recording.activate(log if name == 'recorded' else None)
             start = time.perf_counter()
             model(x, args.calls)
             times[name].append((time.perf_counter() - start) / args.calls * 1e6)
-    recording_functions.activate(None)
+    PROCESS_STALL_GUARD.recording.activate(None)
     plain, recorded = (statistics.median(times[name]) for name in ('torch', 'recorded'))
     print(f'torch {torch.__version__}, gloo, world 1; median of {args.repetitions} '
           f'interleaved repetitions of {args.calls} all_reduce calls')

@@ -25,7 +25,7 @@ import torch.nn as nn
 from torch.nn.modules._functions import SyncBatchNorm as SyncBatchNormFunction
 
 from mmdet3d_ddp_guard import GuardedDDP
-from mmdet3d_ddp_guard.stall_guard import recording_functions
+from mmdet3d_ddp_guard.stall_guard.process_stall_guard import PROCESS_STALL_GUARD
 from mmdet3d_ddp_guard.stall_guard.collective_log import CollectiveLog
 
 GATHERS = ('all_gather_single', 'all_gather_into_tensor', '_all_gather_base')
@@ -48,14 +48,14 @@ class BranchNet(nn.Module):
 def record_torch_sync_bn(device) -> None:
     bn = nn.BatchNorm2d(8).to(device)
     log = CollectiveLog(bn)
-    recording_functions.activate(log)
+    PROCESS_STALL_GUARD.recording.activate(log)
     try:
         SyncBatchNormFunction.apply(torch.randn(4, 8, 6, 6, device=device), bn.weight,
                                     bn.bias, bn.running_mean, bn.running_var, bn.eps,
                                     bn.momentum, dist.group.WORLD, dist.get_world_size())
         torch.cuda.synchronize()
     finally:
-        recording_functions.deactivate(log)
+        PROCESS_STALL_GUARD.recording.deactivate(log)
     entries = log.snapshot().get('world', dict(entries=[]))['entries']
     print(f'rank {dist.get_rank()}: torch {torch.__version__}, NCCL, world size '
           f'{dist.get_world_size()}: recorded {[(entry[1], entry[5]) for entry in entries]}',

@@ -14,6 +14,8 @@ from mmdet3d_ddp_guard.stall_guard import recording_functions
 from mmdet3d_ddp_guard.stall_guard.collective_functions import (
     GROUP_QUERIES, POINT_TO_POINT, collective_functions, functions_with_a_group)
 from mmdet3d_ddp_guard.stall_guard.collective_log import CollectiveLog
+from mmdet3d_ddp_guard.stall_guard.process_stall_guard import PROCESS_STALL_GUARD
+from mmdet3d_ddp_guard.stall_guard.recording_functions import CollectiveRecording
 from mmdet3d_ddp_guard.stall_guard.stall_diagnosis import diagnose
 from mmdet3d_ddp_guard.environment.framework_table import MMENGINE_LINES
 from tests.dist_utils import run_distributed
@@ -49,7 +51,7 @@ def test_only_the_counts_every_rank_must_pass_alike_are_compared():
 def _record_calls(rank, world_size):
     model = torch.nn.Linear(2, 2)
     log = CollectiveLog(model)
-    recording_functions.activate(log)
+    PROCESS_STALL_GUARD.recording.activate(log)
     try:
         dist.all_reduce_coalesced([torch.ones(3), torch.ones(2)])
         dist.all_gather_coalesced([[torch.zeros(2)] for _ in range(world_size)], [torch.ones(2)])
@@ -69,7 +71,7 @@ def _record_calls(rank, world_size):
         saver.join()
         snapshot = log.snapshot()
     finally:
-        recording_functions.deactivate(log)
+        PROCESS_STALL_GUARD.recording.deactivate(log)
     return snapshot
 
 
@@ -92,30 +94,31 @@ def test_calls_through_the_recording_layer_on_gloo_ranks():
 
 
 
-def _record_as_nccl_runs(monkeypatch, calls):
+def _record_as_nccl_runs(calls):
     """``calls``: (op, args) run through the recording layer with torch's function replaced
     (gloo cannot run these: NCCL-only functions, uneven gathers); the entries recorded."""
     log = CollectiveLog(torch.nn.Linear(2, 2))
     log.start_iteration(5)
-    monkeypatch.setattr(recording_functions._RECORDING, 'active', log)
+    recording = CollectiveRecording()
+    recording.active = log
     for op, args in calls:
-        recording_functions._recording(op, lambda *args, **kwargs: None)(*args)
+        recording_functions._recording(op, lambda *args, **kwargs: None, recording)(*args)
     return log.snapshot()
 
 
-def test_all_gather_single_is_recorded_as_torch_s_sync_bn_calls_it_on_nccl(monkeypatch):
+def test_all_gather_single_is_recorded_as_torch_s_sync_bn_calls_it_on_nccl():
     if 'all_gather_single' not in collective_functions():
         pytest.skip(f'torch {torch.__version__} has no all_gather_single')
-    snapshot = _record_as_nccl_runs(monkeypatch, [('all_gather_single',
+    snapshot = _record_as_nccl_runs([('all_gather_single',
                                                    (torch.zeros(8), torch.zeros(4)))])
     assert [entry[1:3] for entry in snapshot['world']['entries']] == [['all_gather_single', 8]]
 
 
 @pytest.mark.parametrize('blocking', [True, False])
-def test_an_uneven_all_gather_then_rank_0_evaluating_is_no_hang(monkeypatch, blocking):
+def test_an_uneven_all_gather_then_rank_0_evaluating_is_no_hang(blocking):
     """Gather the predictions (37 on rank 0, 41 on rank 1, as NCCL gathers them), evaluate on
     rank 0 past the timeout while rank 1 waits for the result: a healthy step."""
-    snapshots = [_record_as_nccl_runs(monkeypatch, [
+    snapshots = [_record_as_nccl_runs([
         ('all_gather', ([torch.zeros(n) for n in (37, 41)], torch.ones(37 + 4 * rank))),
     ] + ([('broadcast_object_list', ([None], ))] if rank else [])) for rank in (0, 1)]
     positions = {rank: dict(iteration=5, phase='hooks', error=None, moves=0, pid=rank,
@@ -136,19 +139,19 @@ def test_the_last_deactivation_puts_torch_s_functions_back():
     recording functions (a compiled frame's guard on them holds)."""
     torch_s = _torch_s_functions()
     log = CollectiveLog(torch.nn.Linear(2, 2))
-    recording_functions.activate(log)
+    PROCESS_STALL_GUARD.recording.activate(log)
     try:
         recording = {op: getattr(dist, op) for op in torch_s}
         assert all(recording[op] is not torch_s[op] for op in torch_s)
     finally:
-        recording_functions.deactivate(log)
+        PROCESS_STALL_GUARD.recording.deactivate(log)
     assert {op: getattr(dist, op) for op in torch_s} == torch_s
     assert dist.all_reduce is dist.distributed_c10d.all_reduce
-    recording_functions.activate(log)
+    PROCESS_STALL_GUARD.recording.activate(log)
     try:
         assert {op: getattr(dist, op) for op in torch_s} == recording
     finally:
-        recording_functions.activate(None)  # recording nothing: torch's functions too
+        PROCESS_STALL_GUARD.recording.activate(None)  # recording nothing: torch's functions too
     assert {op: getattr(dist, op) for op in torch_s} == torch_s
 
 
@@ -158,11 +161,11 @@ def test_the_recording_functions_pickle_as_torch_s():
     import pickle
     torch_s = _torch_s_functions()
     log = CollectiveLog(torch.nn.Linear(2, 2))
-    recording_functions.activate(log)
+    PROCESS_STALL_GUARD.recording.activate(log)
     try:
         pickled = {op: pickle.dumps(getattr(dist, op)) for op in torch_s}
         assert all(pickle.loads(pickled[op]) is getattr(dist, op) for op in torch_s)
     finally:
-        recording_functions.deactivate(log)
+        PROCESS_STALL_GUARD.recording.deactivate(log)
     assert not any(b'mmdet3d_ddp_guard' in data for data in pickled.values())
     assert {op: pickle.loads(data) for op, data in pickled.items()} == torch_s

@@ -311,8 +311,8 @@ def run_every_mode(rank: int, world_size: int, work_dir: str, unrecorded: List[s
     and the flight recorder's entries between the marks (GuardedDDP built, record started,
     record stopped)."""
     from mmdet3d_ddp_guard import GuardedDDP
-    from mmdet3d_ddp_guard.stall_guard import (collective_log, guard_start,
-                                                    recording_functions, stall_watchdog)
+    from mmdet3d_ddp_guard.stall_guard import collective_log, recording_functions
+    from mmdet3d_ddp_guard.stall_guard.process_stall_guard import PROCESS_STALL_GUARD
 
     collective_log.KEPT_PER_GROUP = KEPT
     if unrecorded:  # the oracle's own check: a record that misses these functions
@@ -323,31 +323,33 @@ def run_every_mode(rank: int, world_size: int, work_dir: str, unrecorded: List[s
     marks: Dict[str, Dict] = {}
     current: Dict = {}
     original_init = GuardedDDP.__init__
-    original_activate, original_deactivate = guard_start.activate, stall_watchdog.deactivate
+    process = PROCESS_STALL_GUARD
+    original_install, original_uninstall = process.install, process.uninstall
 
     def init(self, *args, **kwargs):
         current['built'] = _last_seq_ids()
         original_init(self, *args, **kwargs)
 
-    def activate(log):
+    def install(watchdog, model):
+        stopped_model = original_install(watchdog, model)  # may stop an earlier watchdog
         current['started'] = _last_seq_ids()
-        current['log'] = log
-        original_activate(log)
+        current['log'] = watchdog.position.collectives
+        return stopped_model
 
-    def deactivate(log):
-        if recording_functions._RECORDING.active is log and log is current.get('log'):
+    def uninstall(watchdog):
+        log = watchdog.position.collectives
+        if process.recording.active is log and log is current.get('log'):
             current['stopped'] = _last_seq_ids()
             current['guard'] = _guard_sequence(log)
-        original_deactivate(log)
+        original_uninstall(watchdog)
 
     GuardedDDP.__init__ = init
-    guard_start.activate, stall_watchdog.deactivate = activate, deactivate
+    process.install, process.uninstall = install, uninstall
     try:
         decisions = _train_every_mode(rank, work_dir, current, marks)
     finally:
         GuardedDDP.__init__ = original_init
-        guard_start.activate, stall_watchdog.deactivate = \
-            original_activate, original_deactivate
+        del process.install, process.uninstall
     keys = _group_keys()
     entries = _fr_entries()
     runs = {}

@@ -13,8 +13,8 @@ What is recorded, and how:
   (:mod:`.collective_functions` reads them from ``distributed_c10d``: all_reduce, all_gather,
   their ``_coalesced``, ``_single``, ``_into_tensor`` and ``_base`` forms, barrier, the
   ``*_object`` ones, ...), replaced in the ``torch.distributed`` namespace by recording
-  ones (:func:`.recording_functions.record_collectives`); a call on a subgroup this rank is
-  not in, or one that raises, leaves no entry. Code calls them as ``dist.all_reduce(...)``
+  ones (:meth:`.recording_functions.CollectiveRecording.record_collectives`); a call on a
+  subgroup this rank is not in, or one that raises, leaves no entry. Code calls them as ``dist.all_reduce(...)``
   (torch's SyncBatchNorm, mmdet3d's NaiveSyncBatchNorm, mmdet's ``reduce_mean``, MMEngine's
   ``mmengine.dist``), and so is seen; a module that did
   ``from torch.distributed import all_reduce`` before the guard was built keeps the

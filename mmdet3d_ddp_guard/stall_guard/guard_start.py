@@ -1,9 +1,7 @@
 """Starting a wrapper's stall guard: its option checked where the adapter reads it, and
 its watchdog built on the run's own store, one per process: the newest wrapper's.
 """
-import itertools
 import os
-import weakref
 from typing import Callable, Optional
 
 import torch.distributed as dist
@@ -11,8 +9,8 @@ import torch.distributed as dist
 from ..messages.config_lines import ConfigLines
 from ..messages.stall_guard_text import stall_guard_moved, stall_timeout_error
 from .collective_log import global_ranks
+from .process_stall_guard import PROCESS_STALL_GUARD
 from .rank_position import RankPosition
-from .recording_functions import activate, deactivate
 from .stall_watchdog import StallWatchdog
 from .store_protocol import KEY_PREFIX, StallStore
 
@@ -21,25 +19,6 @@ BLOCKING_BACKENDS = ('gloo', )
 #: Tells the guard that collectives do not block the host, whatever the backend (``1``):
 #: a gloo run then judges as an NCCL run does (the tests emulate NCCL with it).
 NONBLOCKING_ENV = 'MMDET3D_DDP_GUARD_NONBLOCKING_COLLECTIVES'
-
-
-class _ProcessWatchdog:
-    """The watchdog of this process and the class name of the model it watches, held
-    weakly: a wrapper collected without stop() leaves none."""
-
-    def __init__(self):
-        self._held: Optional['weakref.ref'] = None
-        self.model = ''
-
-    def live(self) -> Optional[StallWatchdog]:
-        watchdog = self._held() if self._held is not None else None
-        return None if watchdog is None or watchdog.stopped else watchdog
-
-    def hold(self, watchdog: StallWatchdog, model: str) -> None:
-        self._held, self.model = weakref.ref(watchdog), model
-
-
-_PROCESS_WATCHDOG = _ProcessWatchdog()
 
 
 def watch_ranks(position: RankPosition, timeout: Optional[float],
@@ -56,21 +35,15 @@ def watch_ranks(position: RankPosition, timeout: Optional[float],
     is the wrapped model's class name, which the warning names."""
     if timeout is None or dist.get_world_size(process_group) < 2:
         return None
-    earlier = _PROCESS_WATCHDOG.live()
-    if earlier is not None:
-        earlier.stop()
-        log(stall_guard_moved(lines, _PROCESS_WATCHDOG.model, model), False)
-    # Ranks build their wrappers in the same order: the n-th one shares its keys. Global
-    # ranks name them: every group's members share the default store.
-    store = StallStore(dist.PrefixStore(f'{KEY_PREFIX}{next(_WATCHDOGS_BUILT)}/',
-                                        _default_store()),
+    # Global ranks name the keys: every group's members share the default store.
+    prefix = f'{KEY_PREFIX}{PROCESS_STALL_GUARD.next_store_prefix()}/'
+    store = StallStore(dist.PrefixStore(prefix, _default_store()),
                        dist.get_rank(process_group), global_ranks(process_group))
     watchdog = StallWatchdog(position, timeout, log, store, collectives_block(process_group),
                              lines)
-    _PROCESS_WATCHDOG.hold(watchdog, model)
-    activate(position.collectives)
-    # A wrapper collected without stop() (a benchmark's, a test's) records nothing after.
-    weakref.finalize(watchdog, deactivate, position.collectives)
+    stopped_model = PROCESS_STALL_GUARD.install(watchdog, model)
+    if stopped_model is not None:
+        log(stall_guard_moved(lines, stopped_model, model), False)
     watchdog.start()
     return watchdog
 
@@ -89,9 +62,6 @@ def check_stall_timeout(timeout, lines: ConfigLines) -> None:
         return
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValueError(stall_timeout_error(timeout, lines))
-
-
-_WATCHDOGS_BUILT = itertools.count()
 
 
 def _default_store():

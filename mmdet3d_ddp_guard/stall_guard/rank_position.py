@@ -21,6 +21,7 @@ import torch.nn as nn
 
 from .collective_log import CollectiveLog, short_path
 from .phases import Phase
+from .process_stall_guard import PROCESS_STALL_GUARD
 
 _TORCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(dist.__file__)))
 _COLLECTIVE_FILES = (os.path.join(_TORCH_DIR, 'distributed') + os.sep,
@@ -30,17 +31,6 @@ _WRAPPER_FUNCTIONS = ('wrapper', '_exception_logger', 'inner', 'log_time')
 # The guard's recording functions, left out of the stack read.
 _RECORDING_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                'recording_functions.py')
-
-
-class _LastStepped:
-    """The position of the wrapper that stepped last in this process (held weakly): the
-    training thread is its."""
-
-    def __init__(self):
-        self.position: Optional['weakref.ref'] = None
-
-
-_LAST_STEPPED = _LastStepped()
 
 
 class RankPosition:
@@ -65,7 +55,7 @@ class RankPosition:
         self._self_ref = weakref.ref(self)
 
     def start_forward(self, iteration: int) -> None:
-        _LAST_STEPPED.position = self._self_ref
+        PROCESS_STALL_GUARD.stepped(self._self_ref)
         self.iteration = iteration
         self.collectives.start_iteration(iteration)
         self.error = None  # an error that the training loop caught and went on after
@@ -83,9 +73,7 @@ class RankPosition:
     def is_current(self) -> bool:
         """Whether the training thread works for this position: no other wrapper of this
         process has stepped since this one did (a benchmark or a test holds several)."""
-        stepping = _LAST_STEPPED.position
-        # A wrapper that stepped and was collected (an evaluation model) holds nothing.
-        return stepping is None or stepping is self._self_ref or stepping() is None
+        return PROCESS_STALL_GUARD.steps_for(self._self_ref)
 
     def move(self) -> None:
         """Progress inside a phase (a validation iteration)."""

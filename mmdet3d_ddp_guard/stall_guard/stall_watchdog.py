@@ -24,7 +24,7 @@ A rank whose training step raises publishes its error (at most :data:`REPORT_WAI
 on a thread of its own, so that a hung store cannot hold the error back) and the error goes
 on up, with its traceback, as without the guard: torchrun then ends the other ranks, and
 any rank whose watchdog fires first names the error. A process has one watchdog, the newest
-wrapper's (:func:`~.guard_start.watch_ranks`).
+wrapper's (:class:`~.process_stall_guard.ProcessStallGuard`).
 """
 import json
 import threading
@@ -36,7 +36,7 @@ from ..messages.config_lines import ConfigLines
 from ..messages.stall_guard_text import own_fault, store_fault
 from .phases import Phase
 from .rank_position import RankPosition
-from .recording_functions import deactivate
+from .process_stall_guard import PROCESS_STALL_GUARD
 from .run_end import CHECKPOINT_WAIT, end_run
 from .stall_diagnosis import diagnose
 from .store_protocol import StallStore, Verdict
@@ -113,7 +113,7 @@ class StallWatchdog:
     def stop(self) -> None:
         """Ends the thread and withdraws this rank's snapshot (a run's end, a newer wrapper)."""
         self.stopped = True
-        deactivate(self.position.collectives)
+        PROCESS_STALL_GUARD.uninstall(self)
         if self._published_progress is not None:
             try:
                 self._withdraw()  # the thread may not tick again before it sees the stop
