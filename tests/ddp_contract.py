@@ -192,9 +192,10 @@ def _eval_forward_and_forward_without_backward(ddp, iteration, extras, adapter):
     train-mode forward whose output nobody back-propagates."""
     if iteration % 2 == 1:
         ddp.eval()
-        extras.setdefault('val', []).append(adapter.val(ddp, _batch(iteration + 100)))
+        extras.setdefault('val', []).append(
+            adapter.val(ddp, contract_batch(iteration + 100)))
         ddp.train()
-        adapter.forward(ddp, _batch(iteration + 200))
+        adapter.forward(ddp, contract_batch(iteration + 200))
     return ddp
 
 
@@ -223,7 +224,7 @@ CASES = {
 }
 
 
-def _batch(iteration: int, rank: int = 0, case: Optional[Case] = None) -> Dict:
+def contract_batch(iteration: int, rank: int = 0, case: Optional[Case] = None) -> Dict:
     generator = torch.Generator().manual_seed(1000 * rank + iteration)
     batch = dict(tokens=torch.randint(0, 8, (4, ), generator=generator))
     if case is not None:
@@ -264,7 +265,7 @@ def train_case(adapter, name: str, guarded: bool) -> Dict:
                     ddp, optimizer = replaced, None
             if optimizer is None:
                 optimizer = adapter.optimizer(ddp, case.accumulate, case.momentum)
-            adapter.step(ddp, optimizer, _batch(iteration, rank, case), iteration,
+            adapter.step(ddp, optimizer, contract_batch(iteration, rank, case), iteration,
                          case.accumulate)
             if case.after is not None:
                 case.after(ddp, iteration, extras, adapter)
@@ -281,7 +282,7 @@ def train_case(adapter, name: str, guarded: bool) -> Dict:
     if 'ema' in extras:
         ema = extras['ema']
         result.update(ema=dense_copy(ema.state_dict()), ema_class=type(ema).__name__,
-                      ema_output=dense_copy(adapter.val(ema, _batch(7))))
+                      ema_output=dense_copy(adapter.val(ema, contract_batch(7))))
     wrappers = dict(trained=ddp, **{role: extras[role] for role in ('ema', 'original')
                                       if role in extras})
     if guarded:

@@ -105,13 +105,16 @@ def test_cpu_module_drops_device_ids_that_runner_passes(single_rank_group):
     assert set(losses) >= {'loss_box', 'loss'}
 
 
-def test_a_comm_hook_of_ones_own_is_refused_where_the_counts_ride_the_all_reduce(
-        single_rank_group):
+def test_a_comm_hook_of_ones_own_is_taken_in_every_mode_once_as_by_ddp(single_rank_group):
+    """The training itself: tests/test_comm_hooks.py."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-    with pytest.raises(RuntimeError, match=r"mode 'complete' the gradient all-reduce already "
-                                           r"runs through the guard's comm hook.*build "
-                                           r'GuardedDDP with find_unused_parameters=True'):
-        GuardedDDP(torch.nn.Linear(2, 2)).register_comm_hook(None, allreduce_hook)
-    # DDP's graph search takes one.
-    GuardedDDP(torch.nn.Linear(2, 2), find_unused_parameters=True).register_comm_hook(
-        None, allreduce_hook)
+    for mode in ('auto', False, True):
+        wrapped = GuardedDDP(torch.nn.Linear(2, 2), find_unused_parameters=mode)
+        wrapped.register_comm_hook(None, allreduce_hook)
+        with pytest.raises(RuntimeError, match='^register_comm_hook or '
+                                               'register_builtin_comm_hook can only be called '
+                                               'once.$'):
+            wrapped.register_comm_hook(None, allreduce_hook)
+    # DDP's own check of the hook, in the guard's modes too.
+    with pytest.raises(TypeError, match='Communication hook must be callable'):
+        GuardedDDP(torch.nn.Linear(2, 2)).register_comm_hook(None, 'not a hook')

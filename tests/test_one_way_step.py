@@ -94,7 +94,7 @@ def _caller_kind(path: str) -> str:
 def _steps_and_crossings(rank: int, world_size: int, case_name: str, work_dir: str = None,
                          adapter_name: str = ADAPTER):
     from mmdet3d_ddp_guard.guard.guarded_wrapper import GuardedWrapper
-    from tests.ddp_contract import CASES, ContractNet, _batch, load_adapter
+    from tests.ddp_contract import CASES, ContractNet, contract_batch, load_adapter
     adapter = load_adapter(adapter_name)
     case = CASES[case_name]
     calls = []
@@ -152,7 +152,7 @@ def _steps_and_crossings(rank: int, world_size: int, case_name: str, work_dir: s
     # In the runner, mmcv's GradientCumulativeOptimizerHook takes the accumulation.
     accumulate = 1 if work_dir and adapter_name == 'mmcv' else case.accumulate
     optimizer = adapter.optimizer(ddp, accumulate, case.momentum)
-    batches = [_batch(iteration, rank, case) for iteration in range(ITERATIONS)]
+    batches = [contract_batch(iteration, rank, case) for iteration in range(ITERATIONS)]
     runner = None
     if work_dir is not None:
         options = dict(accumulate=case.accumulate) if adapter_name == 'mmcv' else {}
@@ -234,7 +234,6 @@ def test_the_adapter_s_wrapper_gives_the_guard_every_duty():
 
     class WithoutLogging(GuardedWrapper, DistributedDataParallel):
         lines = wrapper.lines
-        comm_hook_refusal = wrapper.comm_hook_refusal
 
         def _adapter_state(self):
             return ()

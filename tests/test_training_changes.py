@@ -29,7 +29,7 @@ ADAPTER = 'mmengine' if 'mmengine' in installed_frameworks() else 'mmcv'
 
 
 def _train_and_compare(rank: int, world_size: int, listed: list):
-    from tests.ddp_contract import CASES, ContractNet, _batch, load_adapter
+    from tests.ddp_contract import CASES, ContractNet, contract_batch, load_adapter
     from tests.import_changes_probe import Snapshot, compare, covering_names, resolve
     adapter = load_adapter(ADAPTER)
     case = CASES['rank_dependent_branch']
@@ -38,7 +38,7 @@ def _train_and_compare(rank: int, world_size: int, listed: list):
         ddp = adapter.wrap(adapter.model(ContractNet()), guarded, 'auto' if guarded else True)
         optimizer = adapter.optimizer(ddp, 1, 0.9)
         for iteration in range(3):
-            adapter.step(ddp, optimizer, _batch(iteration, rank, case), iteration, 1)
+            adapter.step(ddp, optimizer, contract_batch(iteration, rank, case), iteration, 1)
         return ddp, optimizer
 
     # The same training under the framework's own wrapper first: what torch does once per

@@ -17,7 +17,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..environment.ddp_compat import untraced
 from ..messages.decision_text import decision_message
-from ..messages.guard_errors import comm_hook_refused
 from .decision_policy import DecisionPolicy, Mode
 from .errors import UnusedParametersError, static_graph_changed_error, unused_parameters_error
 from .iteration_usage import ResolvedIteration
@@ -65,7 +64,7 @@ class UnusedCompletion:
         if policy.decision.mode in (Mode.COMPLETE, Mode.STRICT):
             self._counts = UnusedCountsState(ddp.process_group, self._local_counts,
                                              policy.lines.wrapper)
-            # DDP's own method: a wrapper may refuse user comm hooks in its override.
+            # DDP's own method: the wrapper's override hands a user's hook to the counts'.
             DistributedDataParallel.register_comm_hook(ddp, self._counts,
                                                        untraced(allreduce_with_unused_counts))
             record.resolved_by_counts = True
@@ -81,11 +80,10 @@ class UnusedCompletion:
         if self._counts is not None:
             self._counts.bucket_listener = listener
 
-    def refuse_user_comm_hook(self, wrapper: str, fix: str) -> None:
-        """Raises when the all-reduce already runs through the counts' comm hook (DDP takes
-        one comm hook): ``fix`` says how to get DDP's graph search, which needs none."""
-        if self._counts is not None:
-            raise RuntimeError(comm_hook_refused(wrapper, self.policy.decision.mode, fix))
+    def reduce_buckets_with(self, hook: Callable, hook_state, registration: str) -> None:
+        """The user's comm hook reduces every bucket from now on, the counts travelling
+        beside it (only in the modes that carry them: :attr:`carries_counts`)."""
+        self._counts.reduce_with(hook, hook_state, registration)
 
     def settle(self, reduces: bool, iteration: int) -> List[torch.Tensor]:
         """After the backward of ``iteration``: ``reduces`` is False inside ``no_sync``

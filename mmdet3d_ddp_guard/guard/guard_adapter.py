@@ -17,9 +17,8 @@ from ..messages.config_lines import ConfigLines
 class GuardAdapter(ABC):
     """The duties of a framework's guarded DDP wrapper to the guard.
 
-    **What it gives.** Its framework's words (:attr:`lines`), the words of the error a
-    user's own comm hook gets while the counts ride the gradient all-reduce
-    (:attr:`comm_hook_refusal`), its framework's logging function (:meth:`log`), and its own
+    **What it gives.** Its framework's words (:attr:`lines`), its framework's logging
+    function (:meth:`log`), and its own
     per-wrapper attributes (:meth:`_adapter_state`, :meth:`_init_adapter_state`), which a
     copy of the wrapper leaves out and sets anew.
 
@@ -58,12 +57,6 @@ class GuardAdapter(ABC):
     @abstractmethod
     def lines(self) -> ConfigLines:
         """The config lines the wrapper's messages name, in its framework's words."""
-
-    @property
-    @abstractmethod
-    def comm_hook_refusal(self) -> Tuple[str, str]:
-        """``(wrapper, fix)``: the wrapper's name and the way to DDP's graph search, for the
-        error a user's own comm hook gets in the modes whose all-reduce carries the counts."""
 
     @staticmethod
     @abstractmethod

@@ -25,12 +25,12 @@ from .forward_collectives import forward_collectives_warning
 from .guard_adapter import GuardAdapter
 from .iteration_usage import ResolvedIteration
 from .sparse_gradients import sparse_gradients_notice
-from .unused_counts_comm_hook import UnusedCountsState
+from .unused_counts_comm_hook import UnusedCountsState, python_twin
 from .usage_record import ParamUsageRecord
 
 
 class GuardedWrapper(GuardAdapter):
-    """The completion, the stall guard, the comm-hook rule and the per-step sequence of a
+    """The completion, the stall guard, a user's comm hook and the per-step sequence of a
     guarded DDP wrapper, on top of what its adapter gives (:class:`.GuardAdapter`).
 
     **One step, one way.** Every call goes down, from the adapter into the guard, in the
@@ -221,5 +221,24 @@ class GuardedWrapper(GuardAdapter):
         return self.policy.decision
 
     def register_comm_hook(self, state, hook):
-        self.completion.refuse_user_comm_hook(*self.comm_hook_refusal)
-        super().register_comm_hook(state, hook)
+        """DDP's: ``hook(state, bucket)`` reduces every gradient bucket, in every mode, before
+        or after the first step; a second hook is refused as DDP refuses it. Where the
+        gradient all-reduce carries the counts (``'auto'``, strict), DDP's one comm hook
+        stays the guard's, which hands each bucket to ``hook`` unchanged and sends the
+        counts beside it, uncompressed (:mod:`.unused_counts_comm_hook`)."""
+        if not self.completion.carries_counts:
+            return super().register_comm_hook(state, hook)
+        self._check_comm_hook(hook)
+        self.completion.reduce_buckets_with(hook, state, 'register_comm_hook')
+        self.logger._set_comm_hook_name(hook.__qualname__)
+        if hasattr(self, '_comm_hooks'):  # torch >= 2.0 lists the hooks, as registered
+            self._comm_hooks.append((hook, state))
+
+    def _register_builtin_comm_hook(self, comm_hook_type):
+        """DDP's C++ hooks: where the gradient all-reduce carries the counts, their Python
+        twins (the same operations: bit for bit the same buckets) reduce the buckets."""
+        if not self.completion.carries_counts:
+            return super()._register_builtin_comm_hook(comm_hook_type)
+        self.completion.reduce_buckets_with(python_twin(comm_hook_type), self.process_group,
+                                            'register_builtin_comm_hook')
+        self.logger._set_comm_hook_name(str(comm_hook_type))

@@ -15,6 +15,15 @@ parameter, during GuardedDDP's completion backward otherwise. Either way the rec
 this rank's unused parameters by then. When nothing is unused, the extra elements are a
 zero tensor kept on the device: no host-to-device copy, no host sync, no extra collective.
 
+**A user's comm hook** (``register_comm_hook`` on a guarded wrapper, in the modes that carry
+the counts) reduces every bucket in place of this averaging: DDP takes one comm hook, so this
+one stays registered and hands each bucket to the user's, with the user's state, unchanged.
+The counts then travel in a float32 all-reduce of their own, issued on the last bucket before
+the user's hook issues anything: never compressed (an fp16 or PowerSGD hook would change
+them), never part of the user's reduction, and issued at the same place among the hook's
+collectives on every rank (PowerSGD issues some from its futures' callbacks). It costs one
+small collective per iteration and no host sync.
+
 Counting is exact while the bucket's dtype holds the world size as an integer (float32 up
 to 2**24 ranks; float16 up to 2048; bfloat16 up to 256). Past that, the counts travel in a
 separate float32 all-reduce issued beside the bucket's (one extra collective per
@@ -54,7 +63,8 @@ import torch
 import torch.distributed as dist
 
 from ..environment.ddp_compat import bucket_buffer, bucket_index, hook_result, is_last_bucket
-from ..messages.guard_errors import counts_not_reduced
+from ..messages.guard_errors import (builtin_comm_hook_unknown, comm_hook_registered_twice,
+                                     counts_not_reduced)
 
 # c10d's own function: the stall guard records the buckets it issues as DDP's, not again as
 # Python-level collectives (it replaces only the ``torch.distributed`` namespace's).
@@ -67,6 +77,20 @@ _EXACT_INTEGERS = {torch.float16: 2048, torch.bfloat16: 256}
 def counts_fit(dtype: torch.dtype, world_size: int) -> bool:
     """Whether a bucket of ``dtype`` can carry counts up to ``world_size`` exactly."""
     return world_size <= _EXACT_INTEGERS.get(dtype, 2**24)
+
+
+def python_twin(comm_hook_type) -> Callable:
+    """The Python hook that does what DDP's built-in C++ hook ``comm_hook_type`` does, in
+    the same operations (each divides the bucket, or its fp16 copy, by the group's size
+    before the all-reduce; fp16's copies the sum back into the bucket), with the process
+    group as its state."""
+    # Here, not at import: torch's hooks package loads every hook's module (PowerSGD's too).
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    twins = {dist.BuiltinCommHookType.ALLREDUCE: default_hooks.allreduce_hook,
+             dist.BuiltinCommHookType.FP16_COMPRESS: default_hooks.fp16_compress_hook}
+    if comm_hook_type not in twins:
+        raise ValueError(builtin_comm_hook_unknown(comm_hook_type))
+    return twins[comm_hook_type]
 
 
 def _no_listener(group, index: int, numel: int) -> None:
@@ -88,6 +112,9 @@ class UnusedCountsState:
         bucket_listener (callable): ``bucket_listener(group, index, numel)`` for every
             all-reduce the hook issues (the stall guard's collective record; by default
             nothing).
+        user_hook (callable, optional): The user's comm hook, which reduces every bucket
+            (:meth:`reduce_with`); None: the buckets are averaged as by DDP's reducer.
+        user_state: What the user registered ``user_hook`` with, passed to it as on DDP.
     """
 
     def __init__(self, process_group, local_counts: Callable, wrapper: str):
@@ -96,7 +123,16 @@ class UnusedCountsState:
         self.local_counts = local_counts
         self.counts: Optional[torch.Tensor] = None
         self.bucket_listener: Callable[[object, int, int], None] = _no_listener
+        self.user_hook: Optional[Callable] = None
+        self.user_state = None
         self._zeros: Dict[Tuple, torch.Tensor] = {}
+
+    def reduce_with(self, hook: Callable, hook_state, registration: str) -> None:
+        """From now on ``hook(hook_state, bucket)`` reduces every bucket; a second hook is
+        refused as DDP's reducer refuses it (``registration``: the call that asked)."""
+        if self.user_hook is not None:
+            raise RuntimeError(comm_hook_registered_twice(registration))
+        self.user_hook, self.user_state = hook, hook_state
 
     def zeros(self, length: int, device, dtype) -> torch.Tensor:
         key = (length, device, dtype)
@@ -120,8 +156,11 @@ class UnusedCountsState:
 # registered as ``untraced(allreduce_with_unused_counts)``, when a guarded wrapper is built
 # (:func:`untraced` loads Dynamo: never at import).
 def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBucket):
-    """DDP's default all-reduce of ``bucket``, with this rank's unused counts on the last."""
+    """DDP's default all-reduce of ``bucket`` (or the user's hook), with this rank's unused
+    counts on the last."""
     group = state.process_group if state.process_group is not None else dist.group.WORLD
+    if state.user_hook is not None:
+        return _reduced_by_the_user_s_hook(state, bucket, group)
     world_size = group.size()
     buffer = bucket_buffer(bucket)
     listener = state.bucket_listener
@@ -156,6 +195,25 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
         return hook_result(reduced[:buffer.numel()])
 
     return _all_reduce(combined, group=group, async_op=True).get_future().then(split)
+
+
+def _reduced_by_the_user_s_hook(state: UnusedCountsState, bucket: dist.GradBucket, group):
+    """The user's hook reduces ``bucket``; on the last one the counts travel in a float32
+    all-reduce of their own, issued first (see the module's docstring)."""
+    if not is_last_bucket(bucket):
+        return state.user_hook(state.user_state, bucket)
+    buffer = bucket_buffer(bucket)
+    # A copy: the cached zeros of an iteration with nothing unused must stay zeros.
+    local = state.local_counts(buffer.device, torch.float32).clone()
+    state.bucket_listener(state.process_group, bucket_index(bucket), local.numel())
+    reduced_counts = _all_reduce(local, group=group, async_op=True).get_future()
+    reduced_bucket = state.user_hook(state.user_state, bucket)
+
+    def keep_counts(fut):
+        state.counts = fut.value()[1].value()[0]
+        return fut.value()[0].value()
+
+    return torch.futures.collect_all([reduced_bucket, reduced_counts]).then(keep_counts)
 
 
 def _averaged(buffer: torch.Tensor, world_size: int) -> torch.Tensor:

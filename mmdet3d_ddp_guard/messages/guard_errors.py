@@ -44,11 +44,17 @@ def static_graph_changed_message(table, appeared: Sequence[int], returned: Seque
     return '\n'.join(parts)
 
 
-def comm_hook_refused(wrapper: str, mode: str, fix: str) -> str:
-    """A user's comm hook while the gradient all-reduce carries the counts (DDP takes one)."""
-    return (f'{wrapper}: in mode {mode!r} the gradient all-reduce already runs through the '
-            "guard's comm hook, which carries the unused-parameter counts. To use your own "
-            f'comm hook, {fix}.')
+def comm_hook_registered_twice(registration: str) -> str:
+    """A second comm hook: DDP's own words (its reducer's), naming the call made second."""
+    other = {'register_comm_hook': 'register_builtin_comm_hook',
+             'register_builtin_comm_hook': 'register_comm_hook'}[registration]
+    return f'{registration} or {other} can only be called once.'
+
+
+def builtin_comm_hook_unknown(comm_hook_type) -> str:
+    return (f'_register_builtin_comm_hook: the guard runs the built-in hooks ALLREDUCE and '
+            f'FP16_COMPRESS through their Python twins, and does not know {comm_hook_type}; '
+            f'register its Python hook with register_comm_hook(state, hook) instead.')
 
 
 def counts_not_reduced(wrapper: str) -> str:

@@ -118,8 +118,6 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
     """
 
     lines = MMCV1_LINES
-    comm_hook_refusal = (MMCV1_LINES.wrapper,
-                         f'write {MMCV1_LINES.mode(True)} (DDP graph search) in the config')
 
     def __init__(self, module, *args, **kwargs):
         arguments = ddp_arguments(module, args, kwargs)

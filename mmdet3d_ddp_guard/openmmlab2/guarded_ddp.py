@@ -67,11 +67,11 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
             ``P`` extra elements in the last bucket, no collective, no host sync before the
             optimizer step (the counts are read after the next step's forward); it trains as
             DDP's graph search (bit for bit at 2 ranks). ``True``: DDP's graph search every
-            iteration, as written; needed for your own DDP comm hook; fails with reentrant
-            activation checkpointing. ``False``: strict, costs as ``'auto'``; if a rank leaves
-            parameters unreached, every rank stops with the same
-            :class:`UnusedParametersError` naming them, the iteration and the fix. Defaults to
-            the config's top-level value when written there, else ``'auto'``.
+            iteration, as written; fails with reentrant activation checkpointing. ``False``:
+            strict, costs as ``'auto'``; if a rank leaves parameters unreached, every rank
+            stops with the same :class:`UnusedParametersError` naming them, the iteration and
+            the fix. Defaults to the config's top-level value when written there, else
+            ``'auto'``. Every mode takes your own DDP comm hook (:meth:`register_comm_hook`).
         static_graph (bool): DDP's static graph, for constant graphs; a change of the used set
             stops the run with :class:`StaticGraphChangedError`. Defaults to False.
         detect_anomalous_params (bool): MMEngine's Python graph walk that logs unreached
@@ -95,8 +95,6 @@ class GuardedDDP(GuardedWrapper, MMDistributedDataParallel):
     """
 
     lines = MMENGINE_LINES
-    comm_hook_refusal = ('GuardedDDP', 'build GuardedDDP with find_unused_parameters=True '
-                         '(DDP graph search) instead')
 
     def __init__(self,
                  module,

@@ -109,8 +109,6 @@ class GuardedDDP(GuardedWrapper, DistributedDataParallel):
     """
 
     lines = PYTORCH_LINES
-    comm_hook_refusal = ('GuardedDDP', 'build GuardedDDP(model, find_unused_parameters=True) '
-                         '(DDP graph search) instead')
     log = staticmethod(log_from_rank)
 
     def __init__(self, *args, stall_timeout: Optional[float] = DEFAULT_STALL_TIMEOUT,
