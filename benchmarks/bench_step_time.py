@@ -19,6 +19,10 @@ train) and DDP's graph search (``find_unused_parameters=True``). The models:
   parameters (pattern 'none') and with a branch whose use differs between ranks in every
   iteration plus a dead layer (pattern 'rank_dependent').
 
+``--comm-hook allreduce`` or ``fp16_compress`` registers torch's hook of that name on every
+wrapper (a user's comm hook: under the guard it reduces the buckets, and the counts travel
+in an all-reduce of their own on the last bucket, one small collective per iteration).
+
 GuardedDDP runs with its stall guard on (``guarded_auto``, the default: a watchdog thread
 that wakes once a second) and, on the models without unused parameters, off
 (``guarded_auto_stall_off``, ``stall_timeout=None``).
@@ -72,7 +76,7 @@ def comparisons(args):
     return found
 
 
-def build(wrapper: str, make_model, device):
+def build(wrapper: str, make_model, device, comm_hook: str):
     torch.manual_seed(0)
     model = make_model().to(device)
     device_ids = [device.index] if device.type == 'cuda' else None
@@ -83,6 +87,9 @@ def build(wrapper: str, make_model, device):
     else:
         ddp = MMDistributedDataParallel(model, device_ids=device_ids,
                                         find_unused_parameters=wrapper == SEARCH)
+    if comm_hook != 'none':
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, getattr(default_hooks, f'{comm_hook}_hook'))
     optim = OptimWrapper(torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9))
     return ddp, optim
 
@@ -142,6 +149,9 @@ def main():
                         'BEVConvNet only')
     parser.add_argument('--chain-width', type=int, default=16)
     parser.add_argument('--amp', action='store_true', help='bf16 autocast (CUDA only)')
+    parser.add_argument('--comm-hook', default='none',
+                        choices=['none', 'allreduce', 'fp16_compress'],
+                        help="torch's DDP comm hook of that name on every wrapper")
     parser.add_argument('--out', default=None, help='write the figures as JSON here')
     parser.add_argument('--profile-steps', type=int, default=0,
                         help='after the timing, profile this many steps of every wrapper '
@@ -169,13 +179,14 @@ def main():
               + f', torch {torch.__version__}; median of {args.repetitions} interleaved '
               f'repetitions of {args.steps} steps; BEV batch {args.batch_size}x'
               f'{args.in_channels}x{args.size}x{args.size}, chain width {args.chain_width}'
-              + (', bf16 autocast' if args.amp else ''))
+              + (', bf16 autocast' if args.amp else '')
+              + (f', comm hook {args.comm_hook}_hook' if args.comm_hook != 'none' else ''))
         print(f'{"model":<26} {"tensors":>7} {"wrapper":<22} {"step ms":>9} {"vs plain":>8} '
               f'{"vs search":>9} {"peak MiB":>9} {"mem vs":>7}', flush=True)
     results = {}
     for name, (make_model, wrappers) in comparisons(args).items():
         batch = make_batch(name, args, device, rank)
-        runs = {w: build(w, make_model, device) for w in wrappers}
+        runs = {w: build(w, make_model, device, args.comm_hook) for w in wrappers}
         # A world of one rank has nobody to wait for, hence no stall guard to measure.
         if dist.get_world_size() > 1 and runs[GUARDED][0].stall_watchdog is None:
             raise RuntimeError(f'{GUARDED} has no stall watchdog')

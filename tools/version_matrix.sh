@@ -64,6 +64,8 @@ TESTS=(
   tests/test_ddp_contract.py::test_the_guard_handles_and_trains_as_the_framework_s_own_wrapper
   # Sparse gradients in every place of DDP's bucket order, against an independent computation.
   tests/test_sparse_gradients.py
+  # A user's comm hook (torch's, the built-ins, a user's own) against the framework's wrapper.
+  tests/test_comm_hooks.py
   tests/test_guarded_ddp_training.py tests/test_guarded_ddp_options.py tests/test_one_way_step.py
   tests/test_collective_budget.py tests/test_unused_params_hook.py
   tests/test_outcome_words.py tests/test_cpu_launch.py tests/test_stall_diagnosis.py
@@ -79,12 +81,13 @@ PLAIN_LEGS=(torch1.9 torch2.14)
 # The openmmlab1 leg has no MMEngine: the layout's import rules, what importing the package
 # changes there (README), and its adapter's own tests.
 OPENMMLAB1_TESTS=(tests/test_layout.py tests/test_ddp_contract.py tests/test_import_changes.py
-  tests/test_sparse_gradients.py tests/test_training_changes.py tests/test_one_way_step.py
+  tests/test_sparse_gradients.py tests/test_comm_hooks.py tests/test_training_changes.py tests/test_one_way_step.py
   tests/openmmlab1)
 # The pytorch leg has torch alone: the layout's import rules, what importing changes there
-# (nothing: README), and the plain adapter's tests (the DDP contract and sparse gradients run
-# its adapter in the suite, on the same torch).
-PYTORCH_TESTS=(tests/test_layout.py tests/test_import_changes.py tests/pytorch)
+# (nothing: README), a user's comm hook under its adapter, and the plain adapter's tests (the
+# DDP contract and sparse gradients run its adapter in the suite, on the same torch).
+PYTORCH_TESTS=(tests/test_layout.py tests/test_import_changes.py tests/test_comm_hooks.py
+  tests/pytorch)
 
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
 

@@ -14,15 +14,18 @@ What is recorded, and how:
   their ``_coalesced``, ``_single``, ``_into_tensor`` and ``_base`` forms, barrier, the
   ``*_object`` ones, ...), replaced in the ``torch.distributed`` namespace by recording
   ones (:meth:`.recording_functions.CollectiveRecording.record_collectives`); a call on a
-  subgroup this rank is not in, or one that raises, leaves no entry. Code calls them as ``dist.all_reduce(...)``
-  (torch's SyncBatchNorm, mmdet3d's NaiveSyncBatchNorm, mmdet's ``reduce_mean``, MMEngine's
-  ``mmengine.dist``), and so is seen; a module that did
+  subgroup this rank is not in, or one that raises, leaves no entry. Code calls them as
+  ``dist.all_reduce(...)`` (torch's SyncBatchNorm, mmdet3d's NaiveSyncBatchNorm, mmdet's
+  ``reduce_mean``, MMEngine's ``mmengine.dist``), and so is seen; a module that did
   ``from torch.distributed import all_reduce`` before the guard was built keeps the
   function it holds, and its calls are not recorded;
 - DDP's gradient buckets, which its reducer all-reduces from C++, through the comm hook that
   the guard installs in modes ``'complete'`` and ``'strict'`` (:meth:`record_bucket`). In
   modes ``find_unused_parameters=True`` and ``static_graph`` there is no such hook, and the
-  buckets are not in the record.
+  buckets are not in the record. With a user's comm hook, which then reduces the buckets,
+  the record holds the counts' all-reduce on the last bucket and the hook's own
+  ``torch.distributed`` calls (PowerSGD issues some from gloo's thread: a sequence of its
+  own).
 
 A recorded collective costs a tuple appended to a bounded deque and a walk up the issuing
 Python stack that compares code objects with a set (the issuer, below): no clock, no I/O, no
