@@ -129,6 +129,7 @@ FRAMEWORKS: Tuple[Framework, ...] = (
         adapter='openmmlab2',
         exports=('GuardedDDP', 'UnusedParamsHook', 'StallPhaseHook', 'CPUCompatibleMMDDP'),
         lines=ConfigLines(
+            report='UnusedParamsHook',
             wrapper='GuardedDDP',
             guard="model_wrapper_cfg = dict(type='GuardedDDP')",
             mode_template=("model_wrapper_cfg = dict(type='GuardedDDP', "
@@ -183,6 +184,7 @@ FRAMEWORKS: Tuple[Framework, ...] = (
         adapter='openmmlab1',
         exports=('GuardedMMDistributedDataParallel', ),
         lines=ConfigLines(
+            report='UnusedParamsHook',
             wrapper='MMDistributedDataParallel (guarded by mmdet3d_ddp_guard)',
             guard=("custom_imports = dict(imports=['mmdet3d_ddp_guard'], "
                    'allow_failed_imports=False)'),
@@ -242,6 +244,7 @@ FRAMEWORKS: Tuple[Framework, ...] = (
         adapter='pytorch',
         exports=(),
         lines=ConfigLines(
+            report='UnusedParamsReport',
             wrapper='GuardedDDP',
             guard='from mmdet3d_ddp_guard.pytorch import GuardedDDP; model = GuardedDDP(model)',
             mode_template='GuardedDDP(model, find_unused_parameters={value})',

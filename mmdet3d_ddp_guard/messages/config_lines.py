@@ -35,6 +35,8 @@ class ConfigLines:
         runner_option (str): Where the wrapper's own options are written when the
             framework's runner builds it (``model_wrapper_cfg``); empty where no runner
             builds it from options.
+        report (str): What writes the per-iteration report, as its user names it (the
+            report's messages start with it).
         accumulation_option (str): The option that sets gradient accumulation, where the
             guard reads it from the framework; empty elsewhere.
     """
@@ -49,6 +51,7 @@ class ConfigLines:
     where: str
     find_the_branch: str
     plain_norm: str
+    report: str
     runner_option: str = ''
     accumulation_option: str = ''
 

@@ -1,4 +1,5 @@
-"""What :class:`UnusedParamsHook` does with a usage record, whatever the framework.
+"""What a report (MMEngine's and mmcv 1.x's :class:`UnusedParamsHook`, a plain loop's
+``UnusedParamsReport``) does with a usage record, whatever the framework.
 
 Both hooks (MMEngine's in :mod:`mmdet3d_ddp_guard.openmmlab2.hooks.unused_params_hook`,
 mmcv 1.x's in :mod:`mmdet3d_ddp_guard.openmmlab1.unused_params_hook`) compose one
@@ -95,7 +96,7 @@ class UsageReport:
                         [self.record.table.describe(i) for i in range(len(self.record.table))])
             self.history.start(fresh=fresh)
         except OSError as error:
-            raise OSError(f'UnusedParamsHook: cannot write to out_dir={self.out_dir!r} '
+            raise OSError(f'{self.lines.report}: cannot write to out_dir={self.out_dir!r} '
                           f'({error.strerror}); pass a writable out_dir, or fix the work '
                           'dir\'s permissions.') from error
 
@@ -109,7 +110,7 @@ class UsageReport:
         (``resumed=False``) starts new counts."""
         if not resumed:
             if state is not None:
-                self.logger.info('UnusedParamsHook: load_from starts a new run from the '
+                self.logger.info(f'{self.lines.report}: load_from starts a new run from the '
                                  "checkpoint's weights; its unused-parameter statistics are "
                                  'not carried over.')
             return
@@ -118,13 +119,13 @@ class UsageReport:
             # A layer added, removed, frozen or unfrozen since the checkpoint: the old counts
             # and the file's ids belong to another parameter table.
             self.logger.warning(
-                f'UnusedParamsHook: the checkpoint\'s statistics count {state["num_params"]} '
+                f'{self.lines.report}: the checkpoint\'s statistics count {state["num_params"]} '
                 f'trainable parameters but this model has {num_params}; the statistics start '
                 f'fresh at iteration {resumed_iter}, so the summary covers the resumed part '
                 f'only.{self._set_history_aside(resumed_iter)}')
             return
         if state is None:
-            self.logger.warning('UnusedParamsHook: the checkpoint holds no unused-parameter '
+            self.logger.warning(f'{self.lines.report}: the checkpoint holds no unused-parameter '
                                 'statistics; the summary covers the resumed part only.')
         else:
             self.record.statistics.load_state_dict(state)
@@ -151,7 +152,7 @@ class UsageReport:
             if unreached:
                 raise unused_parameters_error(
                     self.record.table, {self.record.rank: unreached}, iteration,
-                    'the config: plain DDP (UnusedParamsHook cannot report across ranks '
+                    f'the config: plain DDP ({self.lines.report} cannot report across ranks '
                     'here)', self.lines)
         ended = self.record.end_local_iteration(iteration) if self.drives_record else []
         return self.collect(exchange, epoch, ended)
@@ -188,7 +189,7 @@ class UsageReport:
         by the ranks that left them unused."""
         table, limit = self.record.table, self.max_modules_in_log
         everywhere = usage.unused_on_all_ranks
-        lines = [f'UnusedParamsHook: iteration {usage.iteration}: '
+        lines = [f'{self.lines.report}: iteration {usage.iteration}: '
                  f'{len(usage.unused_on_any_rank)} parameters unused'
                  + ('' if len(usage.per_rank_unused) == 1 else
                     f' ({len(everywhere)} on every rank)')
@@ -235,7 +236,7 @@ class UsageReport:
             return
         if not self.history.flush():
             self.logger.warning(
-                f'UnusedParamsHook: iterations {self.history.pending_iterations[0]}-'
+                f'{self.lines.report}: iterations {self.history.pending_iterations[0]}-'
                 f'{self.history.pending_iterations[-1]} could not be written to '
                 f'{self.history.path}; the summary below counts them.')
         table = self.record.table
@@ -244,7 +245,7 @@ class UsageReport:
         try:
             history = read_history(self.history.path, self.logger, len(table))
         except OSError as error:
-            self.logger.warning(f'UnusedParamsHook: cannot read {self.history.path} '
+            self.logger.warning(f'{self.lines.report}: cannot read {self.history.path} '
                                 f'({error.strerror or error}); the PNG is not drawn.')
             history = []
         try:
@@ -255,12 +256,12 @@ class UsageReport:
             files = (f'The summary files could not be written in {self.out_dir} '
                      f'({error.strerror or error}); once it is writable, '
                      f'`python -m mmdet3d_ddp_guard summarize {self.out_dir}` rebuilds them.')
-            self.logger.warning(f'UnusedParamsHook: {files}')
+            self.logger.warning(f'{self.lines.report}: {files}')
         except ImportError as error:
             files = (f'No PNG: {error}. Install matplotlib, or pass plot=False; the text and '
                      'JSON summary files are written.')
-            self.logger.warning(f'UnusedParamsHook: {files}')
+            self.logger.warning(f'{self.lines.report}: {files}')
         # Indented (blank lines too) like every multi-line message of this package, so log
         # filters that keep a record's indented lines keep all of it.
-        self.logger.info('UnusedParamsHook summary\n' + textwrap.indent(
+        self.logger.info(f'{self.lines.report} summary\n' + textwrap.indent(
             summary_text(summary) + '\n' + files, '  ', lambda line: True))

@@ -46,9 +46,9 @@ def test_every_iteration_of_every_rank_is_in_the_files_and_the_log(tmp_path, mod
         assert [sorted(names[i] for i in ids) for ids in line['unused_per_rank']] == \
             [unused_names(rank, line['iter']) for rank in range(2)]
     log = ranks[0].output
-    assert 'UnusedParamsHook: iteration 1: 4 parameters unused (0 on every rank)' in log
+    assert 'UnusedParamsReport: iteration 1: 4 parameters unused (0 on every rank)' in log
     assert 'only on rank(s) 1:' in log and 'heads.2 (Conv2d)' in log
-    assert 'UnusedParamsHook summary' in log
+    assert 'UnusedParamsReport summary' in log
     assert 'Setting that fits: from mmdet3d_ddp_guard.pytorch import GuardedDDP; ' \
            'model = GuardedDDP(model)' in log
     for suffix in ('summary.txt', 'summary.json'):

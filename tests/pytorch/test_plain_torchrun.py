@@ -53,5 +53,5 @@ def test_the_summary_is_written_when_the_script_ends_without_finish(tmp_path):
     run = _torchrun('--wrapper', 'guarded', '--checkpoint-dir', str(tmp_path), '--out',
                     str(tmp_path / 'out'), '--report-dir', str(report_dir))
     assert run.returncode == 0, run.stderr[-3000:]
-    assert 'UnusedParamsHook summary' in run.stderr
+    assert 'UnusedParamsReport summary' in run.stderr
     assert (report_dir / 'unused_params_summary.txt').is_file()
