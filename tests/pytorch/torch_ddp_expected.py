@@ -53,11 +53,10 @@ _TORCH_2 = Expected(
 )
 
 # torch 1.9: join() all-reduces a joined rank's zeros without DDP's comm hook, which the
-# guard's counts ride (docs/pytorch.md, Limits), so a joined rank's all-reduce does not
-# match the others' and gloo aborts.
-_JOIN_ON_TORCH_1_9 = ('join() with the guard needs torch >= 1.10 (docs/pytorch.md, Limits): '
-                      "gloo aborts on the joined rank's mismatched all-reduce",
-                      r'Connection (closed|reset) by peer')
+# guard's counts ride (docs/pytorch.md, Limits): the rank that joins stops with the fix.
+_JOIN_ON_TORCH_1_9 = ('a rank that joins (uneven inputs) needs torch >= 1.10 under the guard '
+                      "(docs/pytorch.md, Limits); it stops with GuardedDDP's error and the fix",
+                      r'join\(\) \(uneven inputs\) under the guard needs torch >= 1\.10')
 _TORCH_1_9 = Expected(
     runs=tuple(_DIST_TEST + name for name in (
         'test_DistributedDataParallelCPU', 'test_DistributedDataParallelCPU_grad_is_view',
