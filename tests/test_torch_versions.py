@@ -3,6 +3,7 @@ records usage with, and DDP's graph search under gradient accumulation before to
 (pytorch/pytorch#69031). Runs in every environment of the version matrix
 (tools/version_matrix.sh): each branch below that depends on the torch at hand is real there.
 """
+import importlib.util
 import inspect
 import re
 import warnings
@@ -70,6 +71,9 @@ def test_ddp_surface_gates_pick_what_this_torch_offers():
         assert not hasattr(bucket, 'is_last')
     ddp_arguments = inspect.signature(DistributedDataParallel.__init__).parameters
     assert ('static_graph' in ddp_arguments) == ddp_compat.STATIC_GRAPH_ARGUMENT
+    # torch 1.10's DDP joins through the generic Join, whose joined rank runs the comm hook.
+    assert (importlib.util.find_spec('torch.distributed.algorithms.join') is not None) \
+        == ddp_compat.JOIN_THROUGH_COMM_HOOK
     if not ddp_compat.STATIC_GRAPH_ARGUMENT:
         assert hasattr(DistributedDataParallel, '_set_static_graph')
 

@@ -14,6 +14,8 @@ hand, and the version matrix runs each side of each gate):
   ``torch._dynamo.is_compiling`` in 2.0 to 2.2; torch 1.x has no compiler.
 - DDP's ``static_graph`` argument is new in torch 1.11; torch 1.9 and 1.10 have the private
   ``DistributedDataParallel._set_static_graph()``, to be called before the first forward.
+- ``join()`` (uneven inputs): from torch 1.10 (``torch.distributed.algorithms.join``) a rank
+  that joined all-reduces its zero gradients through DDP's comm hook; torch 1.9's without it.
 """
 import functools
 from typing import Dict, List, Union
@@ -26,10 +28,13 @@ from .version_numbers import major_minor
 GRAD_BUCKET_API_SINCE = (1, 10)
 #: torch 1.11 added ``DistributedDataParallel(static_graph=...)``.
 STATIC_GRAPH_ARGUMENT_SINCE = (1, 11)
+#: torch 1.10's generic Join runs a joined rank's all-reduce through DDP's comm hook.
+JOIN_THROUGH_COMM_HOOK_SINCE = (1, 10)
 
 _TORCH = major_minor(torch.__version__)
 NEW_GRAD_BUCKET_API = _TORCH >= GRAD_BUCKET_API_SINCE
 STATIC_GRAPH_ARGUMENT = _TORCH >= STATIC_GRAPH_ARGUMENT_SINCE
+JOIN_THROUGH_COMM_HOOK = _TORCH >= JOIN_THROUGH_COMM_HOOK_SINCE
 
 
 def bucket_buffer(bucket) -> torch.Tensor:

@@ -62,6 +62,17 @@ def counts_not_reduced(wrapper: str) -> str:
             "comm hook may have replaced the guard's.")
 
 
+def join_refused(torch_version: str, lines: ConfigLines) -> str:
+    """``join()`` on a torch whose joined rank all-reduces without DDP's comm hook, which
+    carries the guard's counts in every mode but the graph search."""
+    return (f'{lines.wrapper}: join() (uneven inputs) under the guard needs torch >= 1.10: on '
+            f'torch {torch_version} a rank that joined all-reduces its zero gradients without '
+            "DDP's comm hook, which carries the guard's unused-parameter counts, so its "
+            "all-reduces would not match the other ranks'. Build "
+            f"{lines.mode_template.format(value='True')} (DDP graph search, which joins "
+            'here), or upgrade torch to >= 1.10.')
+
+
 def counts_for_other_iterations(arrived: int, open_iterations: int) -> str:
     return (f'ParamUsageRecord: counts for {arrived} iterations arrived but {open_iterations} '
             'are open; every rank must end the same iterations locally before the bucket that '

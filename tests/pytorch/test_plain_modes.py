@@ -1,11 +1,15 @@
 """The plain adapter's modes, as the other adapters': ``find_unused_parameters=True`` is
 DDP's graph search as written, False is strict (every rank stops with the same error naming
 the parameters and the fix in a plain loop's words), ``static_graph=True`` stops with a
-clear error where the used set changes; and what the decision logs."""
+clear error where the used set changes; on torch 1.9, whose ``join()`` the guard's counts
+cannot ride, a rank that joins stops with the fix, which trains; and what the decision logs."""
 import pytest
 import torch
 
-from mmdet3d_ddp_guard.environment.ddp_compat import STATIC_GRAPH_ARGUMENT
+from mmdet3d_ddp_guard.environment.ddp_compat import JOIN_THROUGH_COMM_HOOK, STATIC_GRAPH_ARGUMENT
+from mmdet3d_ddp_guard.environment.framework_table import PYTORCH_LINES
+from mmdet3d_ddp_guard.messages.guard_errors import join_refused
+from mmdet3d_ddp_guard.pytorch import GuardedDDP
 from tests.dist_utils import run_distributed, run_until_exit
 from tests.equivalence import assert_state_equal
 from tests.pytorch.loops import Run, _batches_of, guarded, train_side_by_side
@@ -90,3 +94,33 @@ def test_a_bad_mode_names_the_argument_and_the_modes(value, error):
 def test_an_argument_ddp_does_not_take_is_refused_as_ddp_refuses_it():
     with pytest.raises(TypeError, match='bucket_cap'):
         guarded(torch.nn.Linear(1, 1), bucket_cap=25)
+
+
+def _join_with_uneven_inputs(rank: int, world_size: int, **kwargs):
+    """Rank 0 joins after one step, rank 1 takes three; the error each rank stops with."""
+    torch.manual_seed(0)
+    model = GuardedDDP(torch.nn.Linear(2, 3), **kwargs)
+    try:
+        with model.join():
+            for _ in range(1 if rank == 0 else 3):
+                model(torch.rand(4, 2)).sum().backward()
+    except RuntimeError as error:
+        return str(error)
+    finally:
+        model.stall_watchdog.stop()
+    return None
+
+
+@pytest.mark.skipif(JOIN_THROUGH_COMM_HOOK, reason=f'torch {torch.__version__} joins under the '
+                    'guard (tests/test_join_under_the_guard.py)')
+@pytest.mark.parametrize('mode', ['auto', False])
+def test_a_rank_that_joins_on_torch_1_9_stops_with_the_fix(mode):
+    refused = join_refused(torch.__version__, PYTORCH_LINES)
+    assert 'GuardedDDP(model, find_unused_parameters=True)' in refused
+    joined, waiting = run_distributed(_join_with_uneven_inputs, find_unused_parameters=mode)
+    # The rank still training waits in its all-reduce until the joined one's group goes.
+    assert joined == refused and waiting is not None
+
+
+def test_the_fix_for_join_on_torch_1_9_trains_under_join():
+    assert run_distributed(_join_with_uneven_inputs, find_unused_parameters=True) == [None] * 2
