@@ -16,8 +16,10 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from ..environment.cpu_ddp import leave_gloo_cleanly_at_exit
-from ..environment.ddp_compat import set_static_graph, static_graph_arguments
+from ..environment.ddp_compat import (JOIN_THROUGH_COMM_HOOK, set_static_graph,
+                                      static_graph_arguments)
 from ..messages.decision_text import decision_message
+from ..messages.guard_errors import join_refused
 from ..stall_guard import Phase, RankPosition, watch_ranks
 from .completion import UnusedCompletion
 from .decision_policy import Decision, DecisionPolicy, Mode
@@ -187,8 +189,11 @@ class GuardedWrapper(GuardAdapter):
             self.stall_watchdog.report_exception(error)
 
     # torch's Join (uneven inputs) calls these two of DDP's private methods on a rank that
-    # joined, each step the others take (torch >= 1.10; never called elsewhere): the counts
-    # on the last bucket need this rank's share, and micro-steps inside no_sync are counted.
+    # joined, each step the others take (never called elsewhere): the counts on the last
+    # bucket need this rank's share, and micro-steps inside no_sync are counted. torch 1.9's
+    # join calls the second only, and all-reduces without DDP's comm hook, which carries the
+    # counts: its joined rank's all-reduces would not match the others' (gloo aborts), so
+    # where the counts ride the all-reduce it stops with the fix instead.
     def _check_global_requires_backward_grad_sync(self, is_joined_rank):
         syncs = super()._check_global_requires_backward_grad_sync(is_joined_rank)
         if is_joined_rank and not syncs:
@@ -197,6 +202,8 @@ class GuardedWrapper(GuardAdapter):
 
     def _match_all_reduce_for_bwd_pass(self):
         with self.telling_the_stall_guard():
+            if not JOIN_THROUGH_COMM_HOOK and self.completion.carries_counts:
+                raise RuntimeError(join_refused(torch.__version__, self.lines))
             self.completion.shadow(super()._match_all_reduce_for_bwd_pass, reduces=True)
 
     def __getstate__(self):

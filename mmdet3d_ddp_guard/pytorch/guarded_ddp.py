@@ -5,13 +5,12 @@ from typing import List, Optional
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from ..environment.ddp_compat import JOIN_THROUGH_COMM_HOOK
 from ..environment.framework_table import PYTORCH_LINES
 from ..environment.versions import graph_search_accumulates_right
 from ..guard.decision_policy import DecisionPolicy, Mode
 from ..guard.guarded_wrapper import GuardedWrapper
 from ..guard.step_backwards import StepBackwards
-from ..messages.guard_errors import graph_search_accumulation_refused, join_refused
+from ..messages.guard_errors import graph_search_accumulation_refused
 from ..messages.mode_request import AUTO, read_request
 from ..stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
 from .loop_log import log_from_rank
@@ -134,17 +133,6 @@ class GuardedDDP(GuardedWrapper, DistributedDataParallel):
 
     def _init_adapter_state(self) -> None:
         self.step_backwards = StepBackwards(self, PYTORCH_STEP_ERRORS)
-
-    def _match_all_reduce_for_bwd_pass(self):
-        """A rank that joined (uneven inputs) shadows the others' all-reduces. On torch 1.9
-        that all-reduce leaves out the comm hook that carries the guard's counts, so it
-        would not match the others' (gloo aborts, and the counts' check blames another comm
-        hook): in every mode but DDP's graph search (which has no counts) the joined rank
-        stops with the fix instead, and the stall guard tells the ranks waiting for it."""
-        if not JOIN_THROUGH_COMM_HOOK and self.decision.mode != Mode.FIND_UNUSED:
-            with self.telling_the_stall_guard():
-                raise RuntimeError(join_refused(torch.__version__, PYTORCH_LINES))
-        super()._match_all_reduce_for_bwd_pass()
 
     def forward(self, *inputs, **kwargs):
         """DDP's forward; with gradients enabled, a guarded step, whose backwards settle

@@ -18,10 +18,6 @@ class Expected(NamedTuple):
     builds_none: Dict[str, str]
 
 
-_COMM_HOOK = ('comm hook, pending issue 54: in mode auto GuardedDDP refuses a user comm hook '
-              '(its own carries the unused counts)',
-              r"in mode 'complete' the gradient all-reduce already runs through the guard's "
-              r"comm hook")
 _DIST_TEST = 'DistributedTest.'
 _UNDER_RPC = 'DdpUnderDistAutogradTest.'
 _COMPARISON = 'DdpComparisonTest.'
@@ -42,10 +38,7 @@ _TORCH_2 = Expected(
         'test_ddp_comparison', 'test_ddp_comparison_uneven_inputs',
         'test_ddp_dist_autograd_local_vs_remote', 'test_ddp_dist_autograd_sparse_grads',
     )),
-    fails={
-        _DIST_TEST + 'test_accumulate_gradients_no_sync_allreduce_hook': _COMM_HOOK,
-        _DIST_TEST + 'test_accumulate_gradients_no_sync_allreduce_with_then_hook': _COMM_HOOK,
-    },
+    fails={},
     builds_none={
         _DIST_TEST + 'test_dump_DDP_relevant_env_vars': 'prints the DDP environment variables',
         _UNDER_RPC + 'test_backward_no_ddp': 'the reference run without DDP',
@@ -74,8 +67,6 @@ _TORCH_1_9 = Expected(
         'test_ddp_dist_autograd_local_vs_remote', 'test_ddp_dist_autograd_sparse_grads',
     )),
     fails={
-        _DIST_TEST + 'test_accumulate_gradients_no_sync_allreduce_hook': _COMM_HOOK,
-        _DIST_TEST + 'test_accumulate_gradients_no_sync_allreduce_with_then_hook': _COMM_HOOK,
         _UNDER_RPC + 'test_backward_ddp_outside_uneven_inputs': _JOIN_ON_TORCH_1_9,
         _COMPARISON + 'test_ddp_comparison_uneven_inputs': _JOIN_ON_TORCH_1_9,
     },
