@@ -25,9 +25,9 @@ collectives on every rank (PowerSGD issues some from its futures' callbacks). It
 small collective per iteration and no host sync.
 
 Counting is exact while the bucket's dtype holds the world size as an integer (float32 up
-to 2**24 ranks; float16 up to 2048; bfloat16 up to 256). Past that, the counts travel in a
-separate float32 all-reduce issued beside the bucket's (one extra collective per
-iteration, only for such configurations).
+to 2**24 ranks; float16 up to 2048; bfloat16 up to 256). Past that, and on a sparse last
+bucket, the counts travel in that float32 all-reduce of their own too (one extra collective
+per iteration, only for such configurations).
 
 Buckets are averaged as DDP's reducer averages them without a comm hook: every gradient
 multiplied by ``1 / world_size`` (``at::mul_out(bucket_view, grad, 1. / div_factor_)`` in
@@ -159,34 +159,27 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
     """DDP's default all-reduce of ``bucket`` (or the user's hook), with this rank's unused
     counts on the last."""
     group = state.process_group if state.process_group is not None else dist.group.WORLD
-    if state.user_hook is not None:
-        return _reduced_by_the_user_s_hook(state, bucket, group)
     world_size = group.size()
     buffer = bucket_buffer(bucket)
-    listener = state.bucket_listener
-    if not is_last_bucket(bucket):
-        listener(state.process_group, bucket_index(bucket), buffer.numel())
+
+    def reduce_bucket():
+        if state.user_hook is not None:
+            return state.user_hook(state.user_state, bucket)
+        state.bucket_listener(state.process_group, bucket_index(bucket), buffer.numel())
         return _all_reduce(_averaged(buffer, world_size), group=group,
                            async_op=True).get_future().then(
                                lambda fut: hook_result(fut.value()[0]))
-    dtype = buffer.dtype if counts_fit(buffer.dtype, world_size) else torch.float32
-    local = state.local_counts(buffer.device, dtype)
-    if dtype != buffer.dtype or buffer.is_sparse:
-        # A sparse bucket (an nn.Embedding(sparse=True), last when it is the input's) has
-        # no dense tail to carry the counts on.
-        listener(state.process_group, bucket_index(bucket), buffer.numel())
-        listener(state.process_group, bucket_index(bucket), local.numel())
-        reduced_buffer = _all_reduce(_averaged(buffer, world_size), group=group,
-                                     async_op=True).get_future()
-        reduced_counts = _all_reduce(local.clone(), group=group,
-                                     async_op=True).get_future()
 
-        def keep_counts(fut):
-            state.counts = fut.value()[1].value()[0]
-            return hook_result(fut.value()[0].value()[0])
-
-        return torch.futures.collect_all([reduced_buffer, reduced_counts]).then(keep_counts)
-    listener(state.process_group, bucket_index(bucket), buffer.numel() + local.numel())
+    if not is_last_bucket(bucket):
+        return reduce_bucket()
+    # A sparse bucket (an nn.Embedding(sparse=True), last when it is the input's) has no
+    # dense tail to carry the counts on, nor a bucket that a user's hook reduces.
+    if state.user_hook is not None or buffer.is_sparse or \
+            not counts_fit(buffer.dtype, world_size):
+        return _counts_beside(state, bucket, group, reduce_bucket)
+    local = state.local_counts(buffer.device, buffer.dtype)
+    state.bucket_listener(state.process_group, bucket_index(bucket),
+                          buffer.numel() + local.numel())
     combined = torch.cat([buffer.mul(1.0 / world_size), local])
 
     def split(fut):
@@ -197,17 +190,17 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
     return _all_reduce(combined, group=group, async_op=True).get_future().then(split)
 
 
-def _reduced_by_the_user_s_hook(state: UnusedCountsState, bucket: dist.GradBucket, group):
-    """The user's hook reduces ``bucket``; on the last one the counts travel in a float32
-    all-reduce of their own, issued first (see the module's docstring)."""
-    if not is_last_bucket(bucket):
-        return state.user_hook(state.user_state, bucket)
+def _counts_beside(state: UnusedCountsState, bucket: dist.GradBucket, group,
+                   reduce_bucket: Callable):
+    """The last bucket reduced by ``reduce_bucket()`` (a future of what DDP takes back), the
+    counts in a float32 all-reduce of their own, issued first (see the module's
+    docstring)."""
     buffer = bucket_buffer(bucket)
     # A copy: the cached zeros of an iteration with nothing unused must stay zeros.
     local = state.local_counts(buffer.device, torch.float32).clone()
     state.bucket_listener(state.process_group, bucket_index(bucket), local.numel())
     reduced_counts = _all_reduce(local, group=group, async_op=True).get_future()
-    reduced_bucket = state.user_hook(state.user_state, bucket)
+    reduced_bucket = reduce_bucket()
 
     def keep_counts(fut):
         state.counts = fut.value()[1].value()[0]
