@@ -28,7 +28,8 @@ Two things of DDP's own shape the runs:
   its one collective of its own (the counts) before the hook issues any.
 """
 import gc
-from typing import Callable, Dict, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -111,17 +112,15 @@ HOOKS: Dict[str, Tuple[Callable, object]] = {
 }
 
 
+@dataclass
 class Run:
     """One training: ``hook`` registered at iteration ``register_at`` (0: before the first
     step), ``accumulate`` micro-steps per optimizer step, the guard's ``mode``."""
-
-    def __init__(self, hook: str, register_at: int = 0, accumulate: int = 1,
-                 mode='auto', static_graph: bool = False):
-        self.hook = hook
-        self.register_at = register_at
-        self.accumulate = accumulate
-        self.mode = mode
-        self.static_graph = static_graph
+    hook: str
+    register_at: int = 0
+    accumulate: int = 1
+    mode: Union[str, bool] = 'auto'
+    static_graph: bool = False
 
     def skips_branch(self, rank: int, iteration: int) -> bool:
         """Rank 1 leaves the branch unused in odd iterations (never under a static graph)."""

@@ -18,9 +18,8 @@ class GuardAdapter(ABC):
     """The duties of a framework's guarded DDP wrapper to the guard.
 
     **What it gives.** Its framework's words (:attr:`lines`), its framework's logging
-    function (:meth:`log`), and its own
-    per-wrapper attributes (:meth:`_adapter_state`, :meth:`_init_adapter_state`), which a
-    copy of the wrapper leaves out and sets anew.
+    function (:meth:`log`), and its own per-wrapper attributes (:meth:`_adapter_state`,
+    :meth:`_init_adapter_state`), which a copy of the wrapper leaves out and sets anew.
 
     **What it calls, each training step, in this order** (``GuardedWrapper``'s methods;
     ``tests/test_one_way_step.py`` holds both adapters to it, with and without the report

@@ -4,9 +4,9 @@ They call torch's originals, and append to the one active
 :class:`~.collective_log.CollectiveLog` (the stall guard's of this process) while there is
 one. They are in the ``torch.distributed`` namespace only while a log is active: the first
 :meth:`CollectiveRecording.activate` puts them there, and
-:meth:`CollectiveRecording.deactivate` of the last active log puts torch's functions back (the next activation reinstalls the same recording functions). They pickle
-as a reference to ``torch.distributed.<name>``, which any process resolves without this
-package.
+:meth:`CollectiveRecording.deactivate` of the last active log puts torch's functions back
+(the next activation reinstalls the same recording functions). They pickle as a reference to
+``torch.distributed.<name>``, which any process resolves without this package.
 
 Under ``torch.compile``, a traced call records nothing, so that Dynamo compiles what it
 compiles without the guard (see :func:`_recording`); a call that Dynamo cannot trace runs
@@ -110,9 +110,9 @@ def _recording(op: str, original, recording: CollectiveRecording):
     rank alike. Where it cannot (``async_op=True``, broadcast, barrier, the ``*_object``
     forms), it breaks the graph at the caller's call, where it breaks without the guard,
     and runs this function outside the graph; Dynamo never compiles it as a frame of its
-    own (:meth:`CollectiveRecording._not_compiled_on_their_own`), so it runs as without a compiler: it records,
-    and Dynamo evaluates the original call as it does without the guard. The record itself
-    is never traced (``recording.record``)."""
+    own (:meth:`CollectiveRecording._not_compiled_on_their_own`), so it runs as without a
+    compiler: it records, and Dynamo evaluates the original call as it does without the
+    guard. The record itself is never traced (``recording.record``)."""
     @functools.wraps(original)
     def collective(*args, **kwargs):
         if is_compiling():
