@@ -108,9 +108,72 @@ def _through_a_half_taken_withdrawal(rank, world_size):
     return dict(verdict=watchdog._verdict, ended=ended, rank_1_snapshot=left)
 
 
+class LateCountStore:
+    """The real store, where a publication's two operations interleave with the judge's
+    reads: rank 1's snapshot lands and its count does not, until the judge (rank 0) has read
+    the snapshot and then, with ``after='count'``, the change counter once more; the judge's
+    side adds the count then, once, on rank 1's behalf."""
+
+    def __init__(self, store, rank, after):
+        self.store, self.rank, self.after = store, rank, after
+        self.read_snapshot = self.counted = False
+
+    def add(self, key, amount):
+        if self.rank == 1 and key == 'changes':
+            return 0
+        value = self.store.add(key, amount)
+        if self.read_snapshot and key == 'changes' and amount == 0:
+            self._count_for_rank_1()
+        return value
+
+    def compare_set(self, key, expected, desired):
+        raw = self.store.compare_set(key, expected, desired)
+        if self.rank == 0 and key == 'position/1':
+            self.read_snapshot = True
+            if self.after == 'snapshot':
+                self._count_for_rank_1()
+        return raw
+
+    def _count_for_rank_1(self):
+        if not self.counted:
+            self.counted = True
+            self.store.add('changes', 1)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def _through_a_publication_counted_late(rank, world_size, after):
+    """Rank 1 raised and published its error; its count reaches the store only after the
+    judge (rank 0, waiting in its backward) has read the snapshot (and, by ``after``, the
+    counter): the count moves while the judge confirms a stop and no snapshot does."""
+    position, logs, ended = RankPosition(nn.Linear(2, 2)), [], []
+    store = LateCountStore(dist.PrefixStore(f'{KEY_PREFIX}late_{after}/',
+                                            dist.distributed_c10d._get_default_store()),
+                           rank, after)
+    watchdog = StallWatchdog(position, TIMEOUT, lambda message, error: logs.append(message),
+                             StallStore(store, rank, list(range(world_size))),
+                             blocking=True, lines=MMENGINE_LINES)
+    watchdog._end_run = ended.append
+    position.start_forward(0)
+    if rank == 1:
+        watchdog.report_exception(ValueError('this rank cannot read its batch'))
+    else:
+        position.enter('backward')
+    dist.barrier()
+    if rank == 0:
+        watchdog.look()  # it sees the moves
+        time.sleep(TIMEOUT + 0.1)
+        watchdog.look()  # stalled: publishes, claims round 0 and judges
+    dist.barrier()
+    return dict(verdict=watchdog._verdict, ended=ended, counted=store.counted)
+
+
 def _store_faults(rank, world_size):
     results = dict(faults=_through_store_faults(rank, world_size),
-                   half=_through_a_half_taken_withdrawal(rank, world_size))
+                   half=_through_a_half_taken_withdrawal(rank, world_size),
+                   late={after: _through_a_publication_counted_late(rank, world_size, after)
+                         for after in ('snapshot', 'count')})
     dist.barrier()  # rank 0's process hosts the store: it ends last
     return results
 
@@ -148,6 +211,21 @@ def test_a_snapshot_older_than_its_ranks_beat_is_no_evidence(store_fault_runs):
     assert judge['ended'] == [] and not judge['verdict'].stop, judge['verdict']
     assert 'rank 1 has not answered; the run goes on' in judge['verdict'].text
     assert judge['verdict'].changes == -1  # another judgement is due
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize('after', ['snapshot', 'count'])
+def test_a_snapshot_counted_after_the_judge_read_it_still_ends_the_run(store_fault_runs,
+                                                                       after):
+    """One hang, one verdict: the change counter moves during the judge's confirmation only
+    because rank 1's publication counts itself after its snapshot, which the judge has read
+    (and, for 'count', the counter after it: how the suite's stall tests met a second
+    round, 4 runs in 11 under load); the snapshot is still the one judged, so the first
+    round stops the run."""
+    judge = store_fault_runs[0]['late'][after]
+    assert judge['counted'] and judge['verdict'].round == 0
+    assert judge['verdict'].stop and judge['ended'] == [judge['verdict']], judge['verdict']
+    assert 'rank 1 raised while the other ranks wait for it.' in judge['verdict'].text
 
 
 class HungStore:

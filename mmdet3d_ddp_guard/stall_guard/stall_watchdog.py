@@ -207,16 +207,21 @@ class StallWatchdog:
         self._backoff = min(2 * self._backoff, MAX_BACKOFF)
 
     def _judge(self, round_number: int, snapshot: dict) -> None:
+        # The count before the snapshots: a publication writes its snapshot, then counts
+        # itself, so a count read after the snapshots can lack one that they hold. Read
+        # before, it can only be low, which asks for one judgement more, never one less.
+        changes = self.store.changes()
         positions = self.store.positions(snapshot, time.monotonic() + self.answer_wait,
                                          self.tick)
-        changes = self.store.changes()
         verdict = self._verdict_on(round_number, positions, changes)
         if verdict.stop:
             # A rank that moved withdraws its snapshot within a tick: no run ends on a
-            # position that changed meanwhile; the next judgement reads them again.
+            # position that changed meanwhile; the next judgement reads them again. A
+            # count that moved is checked against the snapshots themselves: it also moves
+            # when a snapshot already judged finishes counting itself.
             time.sleep(2 * self.tick)
-            if self.store.changes() != changes or \
-                    self.position.progress() != self._last_progress:
+            if self.position.progress() != self._last_progress or (
+                    self.store.changes() != changes and self._moved_since(positions)):
                 verdict = Verdict(round_number, -1, False, '')
             else:
                 # A snapshot whose withdrawal the store took only in part is no evidence:
@@ -229,6 +234,11 @@ class StallWatchdog:
         self.store.write_verdict(verdict)
         self._verdict = verdict
         self._act_on(verdict)
+
+    def _moved_since(self, positions: Dict[int, Optional[dict]]) -> bool:
+        """Whether another rank's snapshot in the store is no longer the one judged."""
+        return any(self.store.position(rank) != position
+                   for rank, position in positions.items() if rank != self.rank)
 
     def _verdict_on(self, round_number: int, positions: Dict[int, Optional[dict]],
                     changes: int) -> Verdict:

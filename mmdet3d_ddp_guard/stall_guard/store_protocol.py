@@ -21,8 +21,9 @@ The keys:
 Per stall round, with W ranks stalled: each rank publishes (2 operations), reads the change
 counter and claims the round (2); the one judge reads the W snapshots (W operations, plus a
 re-read of each rank that has not answered yet, at doubling intervals) and writes the
-verdict (2); before a stop verdict it also reads every rank's beat (W). That is 4W
-operations (5W for the round that stops the run) and W snapshots' bytes read by one rank,
+verdict (2); before a stop verdict it also reads every rank's beat (W), and the snapshots
+again (W) where the change counter moved meanwhile. That is 4W operations (5W to 6W for the
+round that stops the run) and W snapshots' bytes read by one rank,
 not W by every rank; while the stall lasts each rank reads the verdict once a tick (one
 operation). A rank that moves withdraws its snapshot (3 operations).
 ``compare_set`` with a value no key holds reads a key that may not exist yet without
