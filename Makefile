@@ -10,16 +10,15 @@ unexport PYTHONDONTWRITEBYTECODE
 demo: venv
 	$(PY) -m demo
 
-# First the openmmlab1 leg (OpenMMLab 1.x, the only test of its adapter: never left out),
-# then the whole suite on the pinned stack (the slowest tests are listed at the end; under
-# .ci/run's deadline, those of tests/ci_budget.py give way, loudly, when it cannot fit), then
-# the version matrix's other CI legs, in priority order: torch 1.9.1 and 1.12.1 on a real
-# Python 3.8, the newest torch served, 1.13.1 and 2.1.2 (tools/version_matrix.sh --ci; under
-# the deadline a leg that cannot finish in time is left out, loudly).
+# tools/ci_test.sh: first the openmmlab1 and pytorch legs (OpenMMLab 1.x and torch alone,
+# the only tests of their adapters with their framework alone: never left out), then the
+# whole suite on the pinned stack (the slowest tests are listed at the end; under .ci/run's
+# deadline, those of tests/ci_budget.py give way, loudly, when it cannot fit) while the other
+# CI legs' venvs build, then those legs, in priority order: torch 1.9.1 on a real Python 3.8,
+# the newest torch served, 1.13.1 and 2.1.2 (tools/version_matrix.sh --ci; under the deadline
+# a leg that cannot finish in time is left out, loudly).
 test: venv
-	bash tools/version_matrix.sh --ci-first
-	$(PY) -m pytest tests -p no:cacheprovider -q --durations=25
-	bash tools/version_matrix.sh --ci
+	bash tools/ci_test.sh
 
 # The edit loop's tests: the package's unit tests and its fast 1- to 3-rank gloo tests, chosen
 # by measured duration to end in under 5 minutes on a quiet 2-core machine (4 min 16 s there,

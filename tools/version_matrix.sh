@@ -20,10 +20,11 @@
 # `pip install .`, dependencies included, which must leave torch exactly as it was; then the
 # leg's "documented fix", if any: what the README's install section tells such a user to run.
 #
-# Usage: tools/version_matrix.sh [--ci | --ci-first | --build] [LEG ...]
+# Usage: tools/version_matrix.sh [--ci | --ci-first | --build | --ci-build] [LEG ...]
 #   default: every leg; LEG as named below.
 #   --build: only creates the venvs of the LEGs named that are missing, and runs no test
 #     (`make test-quick` runs the openmmlab1 leg's core tests from the checkout in its venv).
+#   --ci-build: --build for the legs marked yes (tools/ci_test.sh runs it while the suite runs).
 #   --ci-first: the legs CI never leaves out (marked first: openmmlab1 and pytorch, the only
 #     tests of a whole adapter where its framework alone is installed), whatever the deadline; `make test` runs them before the suite, whose
 #     slowest tests give way instead when time is short (tests/ci_budget.py).
@@ -45,7 +46,7 @@ LEGS=(
   "openmmlab1|3.8|torch==1.12.1 numpy<1.24 setuptools<70 wheel ninja pillow<10 requests||first|7|7"
   "pytorch|3.11|torch==2.13.0 numpy==1.26.4||first|2|2"
   "torch1.9|3.8|torch==1.9.1 mmengine==0.8.5 numpy<1.25 setuptools<70 vermin==1.9.2||yes|3|4"
-  "torch1.12|3.8|torch==1.12.1 mmengine==0.8.5 numpy<1.25 setuptools<70||yes|3|3"
+  "torch1.12|3.8|torch==1.12.1 mmengine==0.8.5 numpy<1.25 setuptools<70||no|3|3"
   "torch2.14|3.11|torch==2.14.1 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|6"
   "torch1.13|3.8|torch==1.13.1 mmengine==0.8.0 numpy<1.25 setuptools<70|yapf==0.40.1|yes|3|3"
   "torch2.1|3.11|torch==2.1.2 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|4"
@@ -78,18 +79,26 @@ TESTS=(
   tests/test_stall_guard_costs.py::test_a_compiled_model_with_a_sync_bn_compiles_the_same_frames_with_the_guard
 )
 # The plain PyTorch adapter, against torch's own DDP, at both ends of the torch range (torch
-# 2.13 runs it in the suite and the pytorch leg; about 80 s a leg).
+# 2.13 runs all of tests/pytorch in the suite): what depends on the torch at hand (the
+# loops against its DDP, the loss in the loop against its _DDPSink, the modes, torch's own
+# DDP tests of that release); its torchrun restart, report and stall guard run in the suite.
 PLAIN_LEGS=(torch1.9 torch2.14)
+PLAIN_TESTS=(tests/pytorch/test_plain_loop.py tests/pytorch/test_loss_in_the_loop.py
+  tests/pytorch/test_plain_modes.py tests/pytorch/test_torch_ddp_suite.py)
 # The openmmlab1 leg has no MMEngine: the layout's import rules, what importing the package
 # changes there (README), and its adapter's own tests.
 OPENMMLAB1_TESTS=(tests/test_layout.py tests/test_ddp_contract.py tests/test_import_changes.py
   tests/test_sparse_gradients.py tests/test_comm_hooks.py tests/test_training_changes.py tests/test_one_way_step.py
   tests/openmmlab1)
-# The pytorch leg has torch alone: the layout's import rules, what importing changes there
-# (nothing: README), a user's comm hook under its adapter, and the plain adapter's tests (the
-# DDP contract and sparse gradients run its adapter in the suite, on the same torch).
-PYTORCH_TESTS=(tests/test_layout.py tests/test_import_changes.py tests/test_comm_hooks.py
-  tests/pytorch)
+# The pytorch leg has torch alone, the suite's torch: what only an install without MMEngine
+# and mmcv shows (the layout's import rules, what importing changes there: nothing, README;
+# the package loads no framework), and one plain loop trained and reported with torch alone.
+# The plain adapter's other tests run in the suite on the same torch, and in the torch1.9 and
+# torch2.14 legs.
+PYTORCH_TESTS=(tests/test_layout.py tests/test_import_changes.py
+  tests/pytorch/test_plain_loop.py::test_the_package_imports_with_torch_alone_and_loads_no_framework
+  tests/pytorch/test_plain_loop.py::test_trains_as_the_graph_search_on_every_rank
+  tests/pytorch/test_plain_report.py)
 
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
 
@@ -202,11 +211,13 @@ check_python38() {
     --target=3.8- --violations --eval-annotations --no-tips mmdet3d_ddp_guard setup.py
 }
 
-if [ "${1:-}" = --build ]; then
+if [ "${1:-}" = --build ] || [ "${1:-}" = --ci-build ]; then
+  mode=$1
   shift
   for leg in "${LEGS[@]}"; do
-    IFS='|' read -r name python_version stack fix _ <<<"$leg"
-    if [[ " $* " != *" $name "* ]]; then continue; fi
+    IFS='|' read -r name python_version stack fix in_ci _ <<<"$leg"
+    if [ "$mode" = --ci-build ] && [ "$in_ci" != yes ]; then continue; fi
+    if [ "$mode" = --build ] && [[ " $* " != *" $name "* ]]; then continue; fi
     if [ ! -e ".venvs/$name" ]; then
       mkdir -p .venvs "$STORE/venvs"
       ln -sfn "$STORE/venvs/$name" ".venvs/$name"
@@ -265,7 +276,7 @@ for leg in "${LEGS[@]}"; do
   expect_mmdet3d_0x=
   if [ "$name" = openmmlab1 ]; then tests=("${OPENMMLAB1_TESTS[@]}"); expect_mmdet3d_0x=1; fi
   if [ "$name" = pytorch ]; then tests=("${PYTORCH_TESTS[@]}"); fi
-  if [[ " ${PLAIN_LEGS[*]} " == *" $name "* ]]; then tests+=(tests/pytorch); fi
+  if [[ " ${PLAIN_LEGS[*]} " == *" $name "* ]]; then tests+=("${PLAIN_TESTS[@]}"); fi
   say "$name: ${#tests[@]} test files and tests"
   # From a copy of the tests, the demo's launcher and data writers they use (not installed),
   # and the docs some of them check against (README.md's list of what importing the package

@@ -201,44 +201,34 @@ class StallWatchdog:
             self._back_off(at_least=self.answer_wait + 4 * self.tick + 2.0)
 
     def _back_off(self, at_least: float = 0.0) -> None:
-        """The next judgement is asked for after twice the last wait (at most
-        :data:`MAX_BACKOFF`), or ``at_least`` after a claim lost (its judge may die)."""
+        """Next judgement after twice the last wait (:data:`MAX_BACKOFF` at most), or
+        ``at_least`` after a claim lost (its judge may die)."""
         self._judge_at = time.monotonic() + max(self._backoff, at_least)
         self._backoff = min(2 * self._backoff, MAX_BACKOFF)
 
     def _judge(self, round_number: int, snapshot: dict) -> None:
-        # The count before the snapshots: a publication writes its snapshot, then counts
-        # itself, so a count read after the snapshots can lack one that they hold. Read
-        # before, it can only be low, which asks for one judgement more, never one less.
+        # Before the snapshots: a publication writes its snapshot, then counts it.
         changes = self.store.changes()
         positions = self.store.positions(snapshot, time.monotonic() + self.answer_wait,
                                          self.tick)
         verdict = self._verdict_on(round_number, positions, changes)
         if verdict.stop:
             # A rank that moved withdraws its snapshot within a tick: no run ends on a
-            # position that changed meanwhile; the next judgement reads them again. A
-            # count that moved is checked against the snapshots themselves: it also moves
-            # when a snapshot already judged finishes counting itself.
+            # position that changed meanwhile. A count that moved is checked against the
+            # snapshots (a snapshot judged may just have counted itself).
             time.sleep(2 * self.tick)
             if self.position.progress() != self._last_progress or (
-                    self.store.changes() != changes and self._moved_since(positions)):
+                    self.store.changes() != changes and self.store.changed(positions)):
                 verdict = Verdict(round_number, -1, False, '')
-            else:
-                # A snapshot whose withdrawal the store took only in part is no evidence:
-                # its rank counts as not answering, and another judgement is due.
-                stale = self.store.stale(positions)
-                if stale:
-                    verdict = self._verdict_on(round_number, {
-                        rank: None if rank in stale else position
-                        for rank, position in positions.items()}, -1)
+            # A snapshot whose withdrawal the store took only in part is no evidence: its
+            # rank counts as not answering, and another judgement is due.
+            elif (stale := self.store.stale(positions)):
+                verdict = self._verdict_on(round_number, {
+                    rank: None if rank in stale else position
+                    for rank, position in positions.items()}, -1)
         self.store.write_verdict(verdict)
         self._verdict = verdict
         self._act_on(verdict)
-
-    def _moved_since(self, positions: Dict[int, Optional[dict]]) -> bool:
-        """Whether another rank's snapshot in the store is no longer the one judged."""
-        return any(self.store.position(rank) != position
-                   for rank, position in positions.items() if rank != self.rank)
 
     def _verdict_on(self, round_number: int, positions: Dict[int, Optional[dict]],
                     changes: int) -> Verdict:

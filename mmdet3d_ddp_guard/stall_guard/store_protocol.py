@@ -99,6 +99,12 @@ class StallStore:
                 if position is not None and rank != self.rank
                 and self._add(self._beat_key(rank), 0) > position['beat']]
 
+    def changed(self, positions: Dict[int, Optional[dict]]) -> bool:
+        """Whether another rank's snapshot in the store is no longer its one in
+        ``positions``."""
+        return any(self.position(rank) != position
+                   for rank, position in positions.items() if rank != self.rank)
+
     def changes(self) -> int:
         return self._add('changes', 0)
 
