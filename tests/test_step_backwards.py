@@ -22,14 +22,14 @@ class Steps:
     the guarded wrapper (its ``usage_record``, ``module``, ``enter_backward`` and
     ``settle_after_backward``)."""
 
-    def __init__(self):
+    def __init__(self, waits_for_outputs: bool = True):
         torch.manual_seed(0)
         self.model = self.module = nn.ModuleDict(dict(trunk=nn.Linear(3, 3),
                                                       head_a=nn.Linear(3, 1),
                                                       head_b=nn.Linear(3, 1)))
         self.record = self.usage_record = ParamUsageRecord(self.model)
         self.settled = []  # per settling: names of the parameters reached by then
-        self.backwards = StepBackwards(self, TEXTS)
+        self.backwards = StepBackwards(self, TEXTS, waits_for_outputs)
 
     def enter_backward(self):
         pass
@@ -119,6 +119,34 @@ def test_a_backward_that_left_part_of_the_returned_loss_is_named_at_the_next_ste
     loss_a.backward()
     with pytest.raises(RuntimeError, match='^partial: '):
         steps.begin()
+
+
+def test_as_torch_s_ddp_an_output_left_out_of_the_first_backward_is_unused():
+    """``waits_for_outputs=False`` (a plain loop under torch's DDP, whose ``_DDPSink`` gives
+    a returned tensor the loss left out an undefined gradient): the first backward settles
+    the step with head_b unused, the next step starts clean, and a later backward of the
+    same step into head_b is the error ``late_backward``."""
+    steps = Steps(waits_for_outputs=False)
+    steps.begin()
+    loss_a, loss_b = steps.losses()
+    steps.backwards.expect_backwards([loss_a, loss_b], reduces=True)
+    loss_a.backward(retain_graph=True)
+    assert steps.settled == [['head_a.bias', 'head_a.weight', 'trunk.bias', 'trunk.weight']]
+    with pytest.raises(RuntimeError) as raised:
+        loss_b.backward()
+    assert raised.value.args[0] in ('head_b.weight', 'head_b.bias')
+    steps.begin()
+    loss_a, loss_b = steps.losses()
+    steps.backwards.expect_backwards([loss_a, loss_b], reduces=True)
+    loss_a.backward()
+    steps.begin()  # no 'partial' error: the step settled
+    assert len(steps.settled) == 2
+
+
+def test_waiting_for_outputs_needs_the_partial_backward_text():
+    texts = StepErrorTexts(own_backward_in_train_step='', late_backward='', backward_raised='')
+    with pytest.raises(ValueError, match='partial_backward'):
+        StepBackwards(Steps(), texts, waits_for_outputs=True)
 
 
 def test_a_backward_outside_the_step_is_ignored():

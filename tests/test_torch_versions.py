@@ -157,7 +157,8 @@ def _backward_ends_seen_by_step_backwards(rank, world_size):
         return unreached
 
     never = '{model}{param}{hook}: not expected'
-    backwards = StepBackwards(Wrapper(), StepErrorTexts(never, never, never, never))
+    backwards = StepBackwards(Wrapper(), StepErrorTexts(never, never, never, never),
+                              waits_for_outputs=True)
 
     class Forward(torch.nn.Module):
         def forward(self, x):
@@ -192,15 +193,15 @@ def test_a_torch_without_autograd_s_final_callbacks_is_refused_clearly(monkeypat
     monkeypatch.setattr(torch.autograd.Variable, '_execution_engine', object())
     with pytest.raises(RuntimeError, match=rf'torch {re.escape(torch.__version__)} has no '
                                            r'torch.autograd.Variable._execution_engine'):
-        StepBackwards(SimpleNamespace(usage_record=record), None)
+        StepBackwards(SimpleNamespace(usage_record=record), None, waits_for_outputs=False)
 
 
 def test_a_torch_whose_function_backwards_cannot_be_told_is_refused_clearly(monkeypatch):
     record = ParamUsageRecord(torch.nn.Linear(2, 2))
     monkeypatch.setattr(step_backwards, '_FUNCTION_BACKWARD', None)
     with pytest.raises(RuntimeError, match=r'has no torch\.autograd\.function\.'
-                                           r'BackwardCFunction\.apply, which the mmcv 1\.x'):
-        StepBackwards(SimpleNamespace(usage_record=record), None)
+                                           r'BackwardCFunction\.apply, which the guard needs'):
+        StepBackwards(SimpleNamespace(usage_record=record), None, waits_for_outputs=False)
 
 
 @pytest.mark.timeout(300)

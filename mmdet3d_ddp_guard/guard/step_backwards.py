@@ -15,13 +15,16 @@ of the first backward that reaches a parameter":
   loss ``train_step`` returned runs in the outer backward before any parameter is reached,
   and a parameter hook arms it only outside any autograd Function's ``backward``.
 - **Several backwards in one step.** An optimizer hook may back-propagate ``loss_a`` and
-  then ``loss_b``. mmcv's DDP reduces both: its buckets wait for the second. A backward that
-  went through the returned loss covers the step; one that did not (a part of it) ends the
-  step only when no parameter it left unreached can still be reached from the returned loss,
-  DDP's own graph search, run only then. Where the step returned several tensors (a plain
-  loop's forward output, as DDP's graph search takes it), each is "the returned loss" until
-  a backward of the step has gone through it. If a later backward reaches a parameter that the
-  guard already completed with zeros (one outside that loss's graph, such as one inside a
+  then ``loss_b``. mmcv's DDP reduces both: its buckets wait for the second. Where the
+  adapter says so (``waits_for_outputs``, mmcv 1.x), a backward that went through the
+  returned loss covers the step; one that did not (a part of it) ends the step only when no
+  parameter it left unreached can still be reached from the returned loss, DDP's own graph
+  search, run only then. torch's DDP (a plain loop, which returns the forward's output and
+  computes the loss from it) does not wait: with ``find_unused_parameters=True`` its
+  ``_DDPSink`` hands every returned tensor that a backward did not go through an undefined
+  gradient, so the parameters only such tensors reach are unused in that step; the first
+  backward ends the step there too. If a later backward reaches a parameter that the guard
+  already completed with zeros (one outside that loss's graph, such as one inside a
   checkpointed block the returned loss reaches only through the block), the error
   ``late_backward`` is raised inside that backward, before the optimizer step.
 - **Backwards outside a step** (a probe that only rank 0 runs after the optimizer hook, a
@@ -54,7 +57,7 @@ from typing import Callable, List, Optional, Sequence, Set
 import torch
 import torch.autograd.function
 
-from ..messages.guard_errors import backward_callbacks_missing
+from ..messages.guard_errors import backward_callbacks_missing, partial_backward_text_missing
 
 # Frames of this code are on the stack inside every autograd Function's Python backward, and
 # only there: reentrant checkpointing's nested backward runs under one (torch 1.9 to 2.14).
@@ -122,7 +125,8 @@ class StepErrorTexts:
     own_backward_in_train_step: str  # {model}
     late_backward: str  # {param}, {hook}
     backward_raised: str  # {hook}
-    partial_backward: str  # {hook}
+    #: {hook}; only where the step's backwards wait for the returned outputs.
+    partial_backward: Optional[str] = None
 
 
 class _Step:
@@ -159,13 +163,20 @@ class StepBackwards:
             record's parameter hooks report each gradient. Backwards that its settling runs
             itself are not the step's.
         texts (StepErrorTexts): The framework's words for the errors.
+        waits_for_outputs (bool): Whether a backward that left out a returned output still
+            reaching a parameter without a gradient waits for a later backward of the step
+            (mmcv 1.x's DDP), rather than ending the step with those parameters unused
+            (torch's DDP, through its ``_DDPSink``). Waiting needs ``texts.partial_backward``.
     """
 
-    def __init__(self, wrapper, texts: StepErrorTexts):
+    def __init__(self, wrapper, texts: StepErrorTexts, waits_for_outputs: bool):
         check_backward_callbacks()
+        if waits_for_outputs and texts.partial_backward is None:
+            raise ValueError(partial_backward_text_missing())
         self._wrapper = wrapper
         self._record = wrapper.usage_record
         self._texts = texts
+        self._waits_for_outputs = waits_for_outputs
         self._step: Optional[_Step] = None
         self._armed = False  # a final callback is queued on the running outer backward
         self._settling = False
@@ -202,8 +213,9 @@ class StepBackwards:
         backwards to go through (mmcv 1.x: the loss for the optimizer hook; a plain loop:
         every tensor of the forward's output), ``reduces`` whether DDP's reducer was
         prepared. A step settles at the end of its first outer backward that reaches a
-        parameter, unless an output no backward went through yet still reaches a parameter
-        left without a gradient (then a later backward of the step is awaited)."""
+        parameter or goes through an output, unless it waits for outputs and one that no
+        backward went through yet still reaches a parameter left without a gradient (then a
+        later backward of the step is awaited)."""
         step = self._step
         step.reduces = reduces
         step.outputs = [output for output in outputs if output.requires_grad]
@@ -244,7 +256,7 @@ class StepBackwards:
     def _backward_over(self) -> None:
         self._armed = False
         step = self._step
-        if step.outputs and self._outputs_reach_unreached(step):
+        if self._waits_for_outputs and step.outputs and self._outputs_reach_unreached(step):
             step.waiting = True
             return
         self._settle(step)

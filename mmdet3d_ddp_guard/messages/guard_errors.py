@@ -91,9 +91,16 @@ def checkpoint_counts_other_parameters(checkpointed: int, here: int) -> str:
 
 def backward_callbacks_missing(torch_version: str, missing: Sequence[str]) -> str:
     return (f'mmdet3d_ddp_guard: torch {torch_version} has no {" and no ".join(missing)}, '
-            'which the mmcv 1.x adapter needs to find the end of the backward that the '
-            'optimizer hook runs. Supported: torch 1.9 to 2.14; please report this torch '
+            'which the guard needs to find the end of a step\'s backward where the training '
+            'loop runs it outside the wrapper (mmcv 1.x\'s optimizer hook, a plain PyTorch '
+            'loop). Supported: torch 1.9 to 2.14; please report this torch '
             "version at the project's issue tracker.")
+
+
+def partial_backward_text_missing() -> str:
+    return ('StepBackwards: waits_for_outputs=True needs the text of '
+            'StepErrorTexts.partial_backward, the error of a step whose backwards left out a '
+            'returned output.')
 
 
 def graph_search_accumulation_refused(torch_version: str, lines: ConfigLines) -> str:

@@ -135,7 +135,7 @@ class GuardedMMDistributedDataParallel(GuardedWrapper,
     def _init_adapter_state(self) -> None:
         self._runner = None
         self._optimizer_hooks = 'the optimizer hook'
-        self.step_backwards = StepBackwards(self, MMCV1_STEP_ERRORS)
+        self.step_backwards = StepBackwards(self, MMCV1_STEP_ERRORS, waits_for_outputs=True)
 
     def train_step(self, *inputs, **kwargs):
         """mmcv's train step; its backward, wherever it runs, settles unused parameters."""

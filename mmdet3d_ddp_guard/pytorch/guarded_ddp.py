@@ -73,13 +73,22 @@ class GuardedDDP(GuardedWrapper, DistributedDataParallel):
 
     **Where the guard acts.** A step is a forward with gradients enabled (DDP prepares its
     reducer there too); a forward under ``torch.no_grad()`` (validation) is not one. The
-    unused parameters are settled at the end of the step's backward (autograd's final
-    callback, after DDP's own), before your optimizer step, however you call it:
-    ``loss.backward()``, ``scaler.scale(loss).backward()``, several backwards in one step
-    (the guard waits while a tensor the forward returned, not back-propagated yet, still
-    reaches parameters without a gradient, as DDP's graph search would), reentrant
-    activation checkpointing. Inside ``no_sync()`` (gradient accumulation) each micro-step
-    is recorded and the window's last bucket carries their counts.
+    unused parameters are settled at the end of the step's first backward (autograd's final
+    callback, after DDP's own), before anything reads a gradient (``clip_grad_norm_``,
+    ``GradScaler.unscale_``, your optimizer step), however you call it:
+    ``loss.backward()``, ``scaler.scale(loss).backward()``, reentrant activation
+    checkpointing. Inside ``no_sync()`` (gradient accumulation) each micro-step is recorded
+    and the window's last bucket carries their counts.
+
+    **The loss computed in your loop.** ``preds = model(x); loss = criterion(preds, y)``:
+    a tensor the forward returned (a detection scale without a target in this batch, an
+    auxiliary output, a field of a dict, dataclass or ``ModelOutput``) that the loss leaves
+    out is not back-propagated, and the parameters only it reaches are unused in that step,
+    as torch's DDP with ``find_unused_parameters=True`` counts them (its ``_DDPSink`` gives
+    such a tensor an undefined gradient). A second backward in the same step that reaches
+    one of those parameters (``loss_a.backward(retain_graph=True); loss_b.backward()``)
+    stops the run with an error naming it and the fix, ``(loss_a + loss_b).backward()``:
+    its gradient could no longer be reduced (docs/pytorch.md says what each DDP does there).
 
     **The stall guard** is on by default (``stall_timeout=180``): when ranks are proven stuck
     in different collectives, or a rank raised while the others wait for it, it logs the
@@ -132,7 +141,7 @@ class GuardedDDP(GuardedWrapper, DistributedDataParallel):
         return ('step_backwards', )
 
     def _init_adapter_state(self) -> None:
-        self.step_backwards = StepBackwards(self, PYTORCH_STEP_ERRORS)
+        self.step_backwards = StepBackwards(self, PYTORCH_STEP_ERRORS, waits_for_outputs=False)
 
     def forward(self, *inputs, **kwargs):
         """DDP's forward; with gradients enabled, a guarded step, whose backwards settle

@@ -4,9 +4,8 @@ reduce right.
 :class:`~.guarded_ddp.GuardedDDP` raises them from the end of a step's backwards
 (:class:`~mmdet3d_ddp_guard.guard.step_backwards.StepBackwards`), which a plain loop runs
 itself after the forward: a backward inside the model's own forward, a second backward that
-reaches a parameter already completed, a backward that raised after reaching parameters, and
-backwards that left without a gradient parameters that the forward's output still reaches.
-Each names the cause and the fix; ``{hook}`` is where the backwards run: the user's loop.
+reaches a parameter the step's first backward left unused (which the guard completed), and a
+backward that raised after reaching parameters. Each names the cause and the fix; ``{hook}`` is where the backwards run: the user's loop.
 """
 from ..guard.step_backwards import StepErrorTexts
 
@@ -21,13 +20,13 @@ OWN_BACKWARD_IN_FORWARD = (
     'backward on it in the loop.')
 
 LATE_BACKWARD = (
-    'mmdet3d_ddp_guard: a second backward in one training step reached {param}, whose '
-    'gradient the guard had already completed with zeros at the end of the step\'s earlier '
-    'backward, where DDP reduced it. Its new gradient cannot be reduced any more, and each '
-    'rank would step with its own: training stops here, before the optimizer step. The '
-    'earlier backward ({hook}) went through every tensor the forward returned, or through '
-    'none that still reaches {param}, so nothing told the guard to wait. Fix: back-propagate '
-    'the sum of the losses once ((loss_a + loss_b).backward() gives the same gradients).')
+    'mmdet3d_ddp_guard: a second backward in one training step reached {param}, which the '
+    'step\'s first backward ({hook}) had left without a gradient. A step ends at its first '
+    'backward: a tensor the forward returned that it did not go through counts as unused '
+    'there (the loss left it out), so the guard completed {param} with zeros and DDP reduced '
+    'it then. Its new gradient cannot be reduced any more, and each rank would step with its '
+    'own: training stops here, before the optimizer step. Fix: back-propagate the sum of the '
+    'losses once ((loss_a + loss_b).backward() gives the same gradients).')
 
 BACKWARD_RAISED = (
     'mmdet3d_ddp_guard: the previous step\'s backward raised after reaching parameters that '
@@ -38,16 +37,6 @@ BACKWARD_RAISED = (
     'inf in {hook}, and all-reduce that decision), not by catching an error raised inside '
     'the backward.')
 
-PARTIAL_BACKWARD = (
-    'mmdet3d_ddp_guard: the previous step\'s backwards ({hook}) left without a gradient '
-    'parameters that a tensor the forward returned still reaches, and no backward went '
-    'through that tensor: DDP waited for them (torch\'s DDP with '
-    'find_unused_parameters=True as well, which searches the graph from the same outputs), '
-    'and the optimizer stepped before their buckets were reduced. Fix: use every tensor '
-    'the forward returns in the loss, or return only those the loss uses (detach the ones '
-    'kept for logging).')
-
 PYTORCH_STEP_ERRORS = StepErrorTexts(own_backward_in_train_step=OWN_BACKWARD_IN_FORWARD,
                                      late_backward=LATE_BACKWARD,
-                                     backward_raised=BACKWARD_RAISED,
-                                     partial_backward=PARTIAL_BACKWARD)
+                                     backward_raised=BACKWARD_RAISED)

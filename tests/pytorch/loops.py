@@ -10,7 +10,10 @@ the wrapper kept as an exponential moving average of ``model.module.state_dict()
 step, the training then going on from what was loaded back), ``sampler`` (batches drawn
 through ``DistributedSampler`` and a ``DataLoader``, reshuffled each epoch), ``join``
 (uneven inputs: rank 0 runs out of batches after two steps, inside ``model.join()``, while
-rank 1 leaves a head unused).
+rank 1 leaves a head unused), ``clip`` (``clip_grad_norm_`` between the backward and the
+optimizer step, which reads every gradient). A loop's ``output`` (tests.pytorch.scale_detector's
+OUTPUTS) is what the model returns: the loss, or its predictions for the loop to compute the
+loss from.
 """
 import copy
 import io
@@ -23,7 +26,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from mmdet3d_ddp_guard.pytorch import GuardedDDP
 from tests.dist_utils import TRUSTED_LOAD
-from tests.pytorch.scale_detector import ScaleDetector, batch
+from tests.pytorch.scale_detector import ScaleDetector, batch, scale_loss, unpacked
 
 #: torch's CPU GradScaler (torch >= 2.3), which the ``amp`` loop needs here.
 CPU_GRAD_SCALER = hasattr(torch, 'amp') and hasattr(torch.amp, 'GradScaler')
@@ -34,9 +37,9 @@ STYLES = ('plain', 'amp', 'compile', 'ema', 'save', 'sampler', 'join')
 COMPILE_BACKEND = 'aot_eager'
 
 
-def fresh_model(seed: int = 0) -> ScaleDetector:
+def fresh_model(seed: int = 0, output: str = 'loss') -> ScaleDetector:
     torch.manual_seed(seed)
-    return ScaleDetector()
+    return ScaleDetector(output=output)
 
 
 def graph_search(model, **kwargs):
@@ -69,19 +72,22 @@ def _targets(targets):
 class Run:
     """One wrapped model in one loop style, its AdamW and what it recorded."""
 
-    def __init__(self, wrap: Callable, style: str = 'plain', **kwargs):
-        module = fresh_model()
+    def __init__(self, wrap: Callable, style: str = 'plain', output: str = 'loss', **kwargs):
+        module = fresh_model(output=output)
         if style == 'compile':
             module = torch.compile(module, backend=COMPILE_BACKEND)
-        self.wrap, self.style = wrap, style
+        self.wrap, self.style, self.output = wrap, style, output
         self.model = wrap(module, **kwargs)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.01,
                                            weight_decay=0.05)
         self.scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 8) \
             if style == 'amp' else None
         self.ema = copy.deepcopy(self.model) if style == 'ema' else None
-        #: Per optimizer step, the names whose grad was None before it.
+        #: Per optimizer step, the names whose grad was None before it, the gradients it
+        #: stepped with and its micro-steps' losses.
         self.none_grads: List[List[str]] = []
+        self.grads: List[Dict[str, torch.Tensor]] = []
+        self.losses: List[float] = []
 
     def step(self, rank: int, batches: Sequence, accumulate: int = 1) -> None:
         """One optimizer step over the micro-batches ``batches`` (``no_sync`` for all but
@@ -91,10 +97,15 @@ class Run:
             with (self.model.no_sync() if not syncing else _Nothing()):
                 with (torch.autocast('cpu', dtype=torch.bfloat16) if self.scaler
                       else _Nothing()):
-                    loss = self.model(images, _targets(targets)) / accumulate
+                    loss = self._loss(images, _targets(targets)) / accumulate
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
+                self.losses.append(loss.item())
         self.none_grads.append(sorted(name for name, p in self._named_parameters()
                                       if p.grad is None))
+        if self.style == 'clip':
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=0.5)
+        self.grads.append({name: p.grad.clone() for name, p in self._named_parameters()
+                           if p.grad is not None})
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -109,6 +120,11 @@ class Run:
                         average.mul_(0.9).add_(now, alpha=0.1)
         if self.style == 'save':
             self._save_and_go_on_from_what_was_loaded()
+
+    def _loss(self, images, targets):
+        if self.output == 'loss':
+            return self.model(images, targets)
+        return scale_loss(unpacked(self.model(images), self.output), targets)
 
     def _named_parameters(self):
         return self.model.module.named_parameters()
@@ -136,7 +152,7 @@ class Run:
         state = dict(params={k: v.detach().clone() for k, v in module.named_parameters()},
                      buffers={k: v.clone() for k, v in module.named_buffers()},
                      optimizer_state=copy.deepcopy(self.optimizer.state_dict()['state']),
-                     none_grads=self.none_grads)
+                     none_grads=self.none_grads, grads=self.grads, losses=self.losses)
         if self.scaler:
             state['scaler'] = self.scaler.state_dict()
         if self.ema is not None:
@@ -170,11 +186,14 @@ def _batches_of(rank: int, style: str, steps: int, accumulate: int) -> List[List
 
 def train_side_by_side(rank: int, world_size: int, style: str = 'plain', accumulate: int = 1,
                        steps: int = 6, guarded_kwargs: Dict = None,
-                       reference: Callable = graph_search) -> Dict:
+                       reference: Callable = graph_search, output: str = 'loss',
+                       reference_output: str = None) -> Dict:
     """GuardedDDP(model, **guarded_kwargs) and ``reference(model)`` trained in ``style`` on
-    the same batches, step by step; both runs' states and the guard's decision."""
-    runs = dict(guarded=Run(guarded, style, **(guarded_kwargs or {})),
-                reference=Run(reference, style))
+    the same batches, step by step, the guarded model returning ``output`` and the
+    reference's ``reference_output`` (the same by default); both runs' states and the
+    guard's decision."""
+    runs = dict(guarded=Run(guarded, style, output, **(guarded_kwargs or {})),
+                reference=Run(reference, style, reference_output or output))
     steps_here = 2 if style == 'join' and rank == 0 else steps
     for name, run in runs.items():
         with (run.model.join() if style == 'join' else _Nothing()):
@@ -187,10 +206,11 @@ def train_side_by_side(rank: int, world_size: int, style: str = 'plain', accumul
     return result
 
 
-def plain_ddp_steps(rank: int, world_size: int, steps: int = 6, **ddp_kwargs) -> int:
-    """Torch's DDP(model, **ddp_kwargs) on the loop; returns the steps it finished (it is
-    expected to raise before)."""
-    run = Run(lambda model: DistributedDataParallel(model, **ddp_kwargs))
+def plain_ddp_steps(rank: int, world_size: int, steps: int = 6, output: str = 'loss',
+                    **ddp_kwargs) -> int:
+    """Torch's DDP(model, **ddp_kwargs) on the loop, the model returning ``output``; returns
+    the steps it finished (where it is expected to raise before)."""
+    run = Run(lambda model: DistributedDataParallel(model, **ddp_kwargs), output=output)
     for batches in _batches_of(rank, 'plain', steps, 1):
         run.step(rank, batches)
     return steps
@@ -220,3 +240,9 @@ def static_graph_beside_the_graph_search(rank: int, world_size: int, style: str,
                 differ=[name for name, value in searched['params'].items()
                         if not torch.equal(static['params'][name], value)],
                 none_grads=static['none_grads'], params=static['params'])
+
+
+def side_by_side_runs(rank: int, world_size: int, cases: Sequence[Dict]) -> List[Dict]:
+    """:func:`train_side_by_side` for each of ``cases`` (its keyword arguments), one after
+    the other in one process group: one launch for many loops."""
+    return [train_side_by_side(rank, world_size, **case) for case in cases]

@@ -3,10 +3,19 @@ makes three scales, and a head per scale whose loss term is left out when the ba
 target at that scale, so that head's parameters get no gradient there. Which scales have a
 target is decided by each rank's data, per iteration, as a real data loader decides it.
 
-The model computes its loss in ``forward`` (as YOLO's ``DetectionModel`` does for a training
-batch), so DDP's graph search starts from the loss and finds the left-out head unreachable:
-that is what ``find_unused_parameters=True`` trains, and what GuardedDDP must match.
+By default the model computes its loss in ``forward`` (as YOLO's ``DetectionModel`` does for
+a training batch), so DDP's graph search starts from the loss and finds the left-out head
+unreachable: that is what ``find_unused_parameters=True`` trains, and what GuardedDDP must
+match. With another ``output`` (:data:`OUTPUTS`) it returns its predictions and the loop
+computes the loss (:func:`scale_loss`), as most plain loops do: the left-out head's
+prediction is then a returned tensor that no backward goes through. Both ways compute the
+same numbers, operation for operation, so that the loss-in-forward model under
+``find_unused_parameters=True`` is an independent reference wherever torch's DDP cannot
+train the other shape.
 """
+from dataclasses import dataclass
+from typing import List, Optional
+
 import torch
 import torch.nn as nn
 
@@ -27,10 +36,63 @@ TARGETS = [
 ]
 
 
-class ScaleDetector(nn.Module):
+#: What the forward returns: the loss; the per-scale predictions as a list, a dict, a
+#: dataclass; or DETR's way, the last scale's prediction with the others as auxiliary outputs.
+OUTPUTS = ('loss', 'list', 'dict', 'dataclass', 'aux')
 
-    def __init__(self, channels: int = 8):
+
+@dataclass
+class ScalePredictions:
+    """The per-scale predictions as a detector's output record (a dataclass)."""
+    small: torch.Tensor
+    medium: torch.Tensor
+    large: torch.Tensor
+
+
+def packed(predictions: List[torch.Tensor], output: str):
+    """``predictions`` (per scale) in the shape that ``output`` names."""
+    if output == 'list':
+        return predictions
+    if output == 'dict':
+        return {f'scale{scale}': p for scale, p in enumerate(predictions)}
+    if output == 'dataclass':
+        return ScalePredictions(*predictions)
+    if output == 'aux':
+        return dict(pred_boxes=predictions[-1],
+                    aux_outputs=[dict(pred_boxes=p) for p in predictions[:-1]])
+    raise ValueError(f'unknown output {output!r}; one of {OUTPUTS}')
+
+
+def unpacked(output_value, output: str) -> List[torch.Tensor]:
+    """The per-scale predictions of what :func:`packed` returned."""
+    if output == 'list':
+        return list(output_value)
+    if output == 'dict':
+        return [output_value[f'scale{scale}'] for scale in range(SCALES)]
+    if output == 'dataclass':
+        return [output_value.small, output_value.medium, output_value.large]
+    return [aux['pred_boxes'] for aux in output_value['aux_outputs']] + \
+        [output_value['pred_boxes']]
+
+
+def scale_loss(predictions: List[torch.Tensor], targets: List[Optional[torch.Tensor]]):
+    """The sum over the scales that have a target of the squared error's mean: the loop's
+    criterion, the same operations as the loss-in-forward model's."""
+    loss = torch.zeros((), device=predictions[0].device)
+    for prediction, target in zip(predictions, targets):
+        if target is not None:
+            loss = loss + (prediction - target).pow(2).mean()
+    return loss
+
+
+class ScaleDetector(nn.Module):
+    """``output``: what the forward returns (:data:`OUTPUTS`)."""
+
+    def __init__(self, channels: int = 8, output: str = 'loss'):
         super().__init__()
+        if output not in OUTPUTS:
+            raise ValueError(f'unknown output {output!r}; one of {OUTPUTS}')
+        self.output = output
         self.backbone = nn.Sequential(nn.Conv2d(3, channels, 3, padding=1),
                                       nn.BatchNorm2d(channels), nn.ReLU())
         self.necks = nn.ModuleList(
@@ -38,16 +100,15 @@ class ScaleDetector(nn.Module):
             for scale in range(SCALES))
         self.heads = nn.ModuleList(nn.Conv2d(channels, 5, 1) for _ in range(SCALES))
 
-    def forward(self, images: torch.Tensor, targets):
+    def forward(self, images: torch.Tensor, targets=None):
         """``targets``: per scale, a ``(N, 5, H, W)`` map, or None where the batch has no
-        target at that scale (its head's term is left out of the loss)."""
+        target at that scale (its head's term is left out of the loss); read only where the
+        forward returns the loss."""
         features = self.backbone(images)
-        loss = images.new_zeros(())
-        for neck, head, target in zip(self.necks, self.heads, targets):
-            prediction = head(neck(features))
-            if target is not None:
-                loss = loss + (prediction - target).pow(2).mean()
-        return loss
+        predictions = [head(neck(features)) for neck, head in zip(self.necks, self.heads)]
+        if self.output == 'loss':
+            return scale_loss(predictions, targets)
+        return packed(predictions, self.output)
 
 
 def batch(rank: int, iteration: int, size: int = 16):
