@@ -33,9 +33,9 @@ class FlakyStore:
         return call
 
 
-def _watchdog(rank, world_size, name, position, logs):
-    store = FlakyStore(dist.PrefixStore(KEY_PREFIX + name + '/',
-                                        dist.distributed_c10d._get_default_store()))
+def _watchdog(rank, world_size, name, position, logs, wrap=FlakyStore):
+    store = wrap(dist.PrefixStore(KEY_PREFIX + name + '/',
+                                  dist.distributed_c10d._get_default_store()))
     return store, StallWatchdog(position, TIMEOUT, lambda message, error: logs.append(message),
                                 StallStore(store, rank, list(range(world_size))),
                                 blocking=True, lines=MMENGINE_LINES)
@@ -80,30 +80,42 @@ def _through_store_faults(rank, world_size):
                 after=after, looks_to_withdraw=looks_to_withdraw, logs=logs, looks=len(looks))
 
 
+def _rank_1_raised_while_rank_0_waits(rank, watchdog, message):
+    """Rank 1's step raised ``message`` (published), rank 0 waits in its backward; returns
+    the list of the verdicts that would end the run."""
+    ended = []
+    watchdog._end_run = ended.append
+    watchdog.position.start_forward(0)
+    if rank == 1:
+        watchdog.report_exception(ValueError(message))
+    else:
+        watchdog.position.enter('backward')
+    dist.barrier()
+    return ended
+
+
+def _rank_0_stalls_and_judges(rank, watchdog):
+    if rank == 0:
+        watchdog.look()  # it sees the moves
+        time.sleep(TIMEOUT + 0.1)
+        watchdog.look()  # stalled: publishes, claims round 0 and judges
+    dist.barrier()
+
+
 def _through_a_half_taken_withdrawal(rank, world_size):
     """Rank 1's step raised and its loop caught the error and went on; its withdrawal's
     beat reaches the store and the rest fails, so that its error snapshot stays readable.
     Rank 0 waits in its backward and judges: without the beat, a stop on rank 1's error."""
-    position, logs, ended = RankPosition(nn.Linear(2, 2)), [], []
+    position, logs = RankPosition(nn.Linear(2, 2)), []
     store, watchdog = _watchdog(rank, world_size, 'half', position, logs)
-    watchdog._end_run = ended.append
-    position.start_forward(0)
-    if rank == 1:
-        watchdog.report_exception(ValueError('caught by the training loop'))
-    else:
-        position.enter('backward')
-    dist.barrier()
+    ended = _rank_1_raised_while_rank_0_waits(rank, watchdog, 'caught by the training loop')
     if rank == 1:
         store.failing = ('set', )  # the beat is an add: it goes through
         position.move()
         watchdog.look()
         assert watchdog._published_progress is not None  # the withdrawal failed
     dist.barrier()
-    if rank == 0:
-        watchdog.look()  # it sees the moves
-        time.sleep(TIMEOUT + 0.1)
-        watchdog.look()  # stalled: publishes, claims round 0 and judges
-    dist.barrier()
+    _rank_0_stalls_and_judges(rank, watchdog)
     left = watchdog.store.position(1)
     return dict(verdict=watchdog._verdict, ended=ended, rank_1_snapshot=left)
 
@@ -147,25 +159,11 @@ def _through_a_publication_counted_late(rank, world_size, after):
     """Rank 1 raised and published its error; its count reaches the store only after the
     judge (rank 0, waiting in its backward) has read the snapshot (and, by ``after``, the
     counter): the count moves while the judge confirms a stop and no snapshot does."""
-    position, logs, ended = RankPosition(nn.Linear(2, 2)), [], []
-    store = LateCountStore(dist.PrefixStore(f'{KEY_PREFIX}late_{after}/',
-                                            dist.distributed_c10d._get_default_store()),
-                           rank, after)
-    watchdog = StallWatchdog(position, TIMEOUT, lambda message, error: logs.append(message),
-                             StallStore(store, rank, list(range(world_size))),
-                             blocking=True, lines=MMENGINE_LINES)
-    watchdog._end_run = ended.append
-    position.start_forward(0)
-    if rank == 1:
-        watchdog.report_exception(ValueError('this rank cannot read its batch'))
-    else:
-        position.enter('backward')
-    dist.barrier()
-    if rank == 0:
-        watchdog.look()  # it sees the moves
-        time.sleep(TIMEOUT + 0.1)
-        watchdog.look()  # stalled: publishes, claims round 0 and judges
-    dist.barrier()
+    position = RankPosition(nn.Linear(2, 2))
+    store, watchdog = _watchdog(rank, world_size, f'late_{after}', position, [],
+                                wrap=lambda store: LateCountStore(store, rank, after))
+    ended = _rank_1_raised_while_rank_0_waits(rank, watchdog, 'this rank cannot read its batch')
+    _rank_0_stalls_and_judges(rank, watchdog)
     return dict(verdict=watchdog._verdict, ended=ended, counted=store.counted)
 
 
