@@ -15,6 +15,7 @@ from tests.dist_utils import run_distributed
 from tests.equivalence import assert_trains_like_graph_search
 from tests.scenarios import train_guarded_and_reference
 from tests.timeouts import scaled
+from tests.torchrun_restart import RESTART_ENV, restart_args, retrying_gloo_reconnects
 
 # The toy config's model with a branch that ranks disagree on, through tools/train.py.
 PATTERN = 'rank_dependent'
@@ -89,16 +90,6 @@ def test_two_torchrun_agents_as_two_nodes(tmp_path):
     _assert_file_matches_truth(str(work_dir), 6)
 
 
-# torch's restart on gloo: with torchrun's default (static) rendezvous the restarted workers
-# share the agent's TCPStore, which still holds the crashed attempt's keys, and often fail
-# with "Gloo connectFullMesh failed ... Connection refused" (rank 0 dials the dead rank 1's
-# old gloo port) or hang (seen here in 9 of 11 restarts, also with a bare torch script).
-# With the c10d rendezvous and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 the workers host a
-# fresh store per attempt (6 of 6 restarts passed). Should that infrastructure failure
-# still show up, it, and only it, is retried, a bounded number of times, in a fresh work
-# dir; any other failure fails the test at once.
-GLOO_RECONNECT_FAILURE = 'connectFullMesh'
-RESTART_ATTEMPTS = 3
 RESTART_ITERS, CRASH_AT, CHECKPOINT_EVERY = 8, 5, 3
 
 
@@ -125,16 +116,14 @@ def test_torchrun_restart_resumes_and_the_hook_covers_every_iteration_once(tmp_p
     repo_root = osp.dirname(osp.dirname(osp.abspath(__file__)))
     env = dict(PYTHONPATH=os.pathsep.join(filter(None, [repo_root,
                                                         os.environ.get('PYTHONPATH')])),
-               TORCH_DISABLE_SHARE_RDZV_TCP_STORE='1')
-    for attempt in range(RESTART_ATTEMPTS):
-        work_dir = str(tmp_path / f'attempt{attempt}')
-        run = torchrun_train(config, work_dir, timeout=scaled(150), env=env,
-                             torchrun_args=['--nnodes=1', '--rdzv-backend=c10d',
-                                            f'--rdzv-endpoint=127.0.0.1:{free_port()}',
-                                            '--max-restarts=1'],
-                             train_args=['--resume'])
-        if run.returncode == 0 or GLOO_RECONNECT_FAILURE not in run.output:
-            break
+               **RESTART_ENV)
+    # Each attempt in a fresh work dir (tests/torchrun_restart.py).
+    run = retrying_gloo_reconnects(
+        lambda attempt: torchrun_train(config, str(tmp_path / f'attempt{attempt}'),
+                                       timeout=scaled(150), env=env,
+                                       torchrun_args=restart_args(max_restarts=1),
+                                       train_args=['--resume']),
+        output=lambda run: run.output, returncode=lambda run: run.returncode)
     assert run.returncode == 0, run.output[-4000:]
     assert CRASH_MESSAGE in run.output
     assert f'resumed epoch: 0, iter: {CHECKPOINT_EVERY}' in run.output

@@ -14,16 +14,19 @@ from demo.launch import REPO, free_port
 from tests.dist_utils import TRUSTED_LOAD
 from tests.equivalence import assert_state_equal
 from tests.timeouts import scaled
+from tests.torchrun_restart import RESTART_ENV, restart_args, retrying_gloo_reconnects
 
 pytestmark = pytest.mark.timeout(400)
 
 
 def _torchrun(*script_args, max_restarts: int = 0) -> subprocess.CompletedProcess:
-    command = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2',
-               f'--max_restarts={max_restarts}', '--master_addr=127.0.0.1',
-               f'--master_port={free_port()}',
-               osp.join(REPO, 'tests', 'pytorch', 'torchrun_loop.py')] + list(script_args)
-    environment = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS='1')
+    """The loop under torchrun; where workers restart, on a fresh store each attempt, and
+    again where gloo's reconnect alone failed (tests/torchrun_restart.py)."""
+    launch = (restart_args(max_restarts) if max_restarts else
+              ['--master_addr=127.0.0.1', f'--master_port={free_port()}'])
+    command = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2'] + launch \
+        + [osp.join(REPO, 'tests', 'pytorch', 'torchrun_loop.py')] + list(script_args)
+    environment = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS='1', **RESTART_ENV)
     return subprocess.run(command, capture_output=True, text=True, env=environment,
                           timeout=scaled(150))
 
@@ -36,8 +39,13 @@ def test_a_restarted_worker_resumes_and_trains_as_the_graph_search(tmp_path):
     states = {}
     for wrapper in ('guarded', 'graph_search'):
         out = str(tmp_path / wrapper)
-        run = _torchrun('--wrapper', wrapper, '--checkpoint-dir', str(tmp_path), '--out', out,
-                        '--crash-at', '3', max_restarts=1)
+        def launch(attempt, wrapper=wrapper, out=out):
+            checkpoint_dir = tmp_path / f'{wrapper}{attempt}'  # each attempt starts anew
+            checkpoint_dir.mkdir()
+            return _torchrun('--wrapper', wrapper, '--checkpoint-dir', str(checkpoint_dir),
+                             '--out', out, '--crash-at', '3', max_restarts=1)
+        run = retrying_gloo_reconnects(launch, output=lambda run: run.stdout + run.stderr,
+                                       returncode=lambda run: run.returncode)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         assert 'rank 1 crashes once, before step 3' in run.stderr
         states[wrapper] = _final_states(out)

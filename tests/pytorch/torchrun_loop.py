@@ -34,11 +34,9 @@ def main() -> None:
     parser.add_argument('--report-dir', default=None)
     args = parser.parse_args()
     attempt = int(os.environ.get('TORCHELASTIC_RESTART_COUNT', 0))
-    store = dist.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']),
-                          is_master=False)
-    dist.init_process_group('gloo', store=dist.PrefixStore(f'attempt_{attempt}', store),
-                            rank=int(os.environ['RANK']),
-                            world_size=int(os.environ['WORLD_SIZE']))
+    # env:// takes the store torchrun offers: its agent's, or, where workers restart on a
+    # store of their own (tests/torchrun_restart.py), one that rank 0 hosts per attempt.
+    dist.init_process_group('gloo')
     rank = dist.get_rank()
     run = Run(guarded if args.wrapper == 'guarded' else graph_search, **({'stall_timeout': None} if os.environ.get('NOSTALL') else {}))
     if args.report_dir:
