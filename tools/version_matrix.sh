@@ -80,11 +80,13 @@ TESTS=(
   tests/test_stall_guard_costs.py::test_the_newest_wrapper_of_a_process_takes_the_stall_guard_and_says_so
   tests/test_stall_guard_costs.py::test_a_compiled_model_with_a_sync_bn_compiles_the_same_frames_with_the_guard
 )
-# The plain PyTorch adapter, against torch's own DDP, at both ends of the torch range (torch
-# 2.13 runs all of tests/pytorch in the suite): what depends on the torch at hand (the
-# loops against its DDP, the loss in the loop against its _DDPSink, the modes, torch's own
-# DDP tests of that release); its torchrun restart, report and stall guard run in the suite.
-PLAIN_LEGS=(torch1.9 torch2.14)
+# The plain PyTorch adapter, against torch's own DDP, at the old end of the torch range (the
+# suite runs all of tests/pytorch on torch 2.13, one release from the newest, 2.14, where
+# these took about 2 of the leg's 5.7 minutes): what depends on the torch at hand (the loops
+# against its DDP, the loss in the loop against its DDP without a _DDPSink, the modes,
+# torch's own DDP tests of that release); its torchrun restart, report and stall guard run in
+# the suite.
+PLAIN_LEGS=(torch1.9)
 PLAIN_TESTS=(tests/pytorch/test_plain_loop.py tests/pytorch/test_loss_in_the_loop.py
   tests/pytorch/test_plain_modes.py tests/pytorch/test_torch_ddp_suite.py)
 # The openmmlab1 leg has no MMEngine: the layout's import rules, what importing the package
