@@ -117,13 +117,16 @@ def test_torchrun_restart_resumes_and_the_hook_covers_every_iteration_once(tmp_p
     env = dict(PYTHONPATH=os.pathsep.join(filter(None, [repo_root,
                                                         os.environ.get('PYTHONPATH')])),
                **RESTART_ENV)
-    # Each attempt in a fresh work dir (tests/torchrun_restart.py).
-    run = retrying_gloo_reconnects(
-        lambda attempt: torchrun_train(config, str(tmp_path / f'attempt{attempt}'),
-                                       timeout=scaled(150), env=env,
-                                       torchrun_args=restart_args(max_restarts=1),
-                                       train_args=['--resume']),
-        output=lambda run: run.output, returncode=lambda run: run.returncode)
+    work_dirs = []
+
+    def launch(attempt):  # each attempt in a fresh work dir (tests/torchrun_restart.py)
+        work_dirs.append(str(tmp_path / f'attempt{attempt}'))
+        return torchrun_train(config, work_dirs[-1], timeout=scaled(150), env=env,
+                              torchrun_args=restart_args(max_restarts=1),
+                              train_args=['--resume'])
+    run = retrying_gloo_reconnects(launch, output=lambda run: run.output,
+                                   returncode=lambda run: run.returncode)
+    work_dir = work_dirs[-1]
     assert run.returncode == 0, run.output[-4000:]
     assert CRASH_MESSAGE in run.output
     assert f'resumed epoch: 0, iter: {CHECKPOINT_EVERY}' in run.output
