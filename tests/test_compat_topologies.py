@@ -124,8 +124,7 @@ def test_torchrun_restart_resumes_and_the_hook_covers_every_iteration_once(tmp_p
         return torchrun_train(config, work_dirs[-1], timeout=scaled(150), env=env,
                               torchrun_args=restart_args(max_restarts=1),
                               train_args=['--resume'])
-    run = retrying_gloo_reconnects(launch, output=lambda run: run.output,
-                                   returncode=lambda run: run.returncode)
+    run = retrying_gloo_reconnects(launch, output=lambda run: run.output)
     work_dir = work_dirs[-1]
     assert run.returncode == 0, run.output[-4000:]
     assert CRASH_MESSAGE in run.output

@@ -26,12 +26,11 @@ def restart_args(max_restarts: int) -> List[str]:
             f'--max-restarts={max_restarts}']
 
 
-def retrying_gloo_reconnects(launch: Callable[[int], Run], output: Callable[[Run], str],
-                             returncode: Callable[[Run], int]) -> Run:
-    """``launch(attempt)`` again while it fails with gloo's reconnect failure alone, at most
-    :data:`ATTEMPTS` times; the last run."""
+def retrying_gloo_reconnects(launch: Callable[[int], Run], output: Callable[[Run], str]) -> Run:
+    """``launch(attempt)`` (a run with a ``returncode``) again while it fails with gloo's
+    reconnect failure alone, at most :data:`ATTEMPTS` times; the last run."""
     for attempt in range(ATTEMPTS):
         run = launch(attempt)
-        if returncode(run) == 0 or GLOO_RECONNECT_FAILURE not in output(run):
+        if run.returncode == 0 or GLOO_RECONNECT_FAILURE not in output(run):
             return run
     return run

@@ -274,12 +274,18 @@ for leg in "${LEGS[@]}"; do
   fi
   make_leg_venv "$name" "$python_version" "$stack" "$fix"
   if [[ " $stack " == *" vermin=="* ]] && ! check_python38 "$name"; then failed+=("vermin"); fi
+  # The torch legs run sparse gradients under MMEngine's adapter alone (see TESTS).
   tests=("${TESTS[@]}")
+  sparse_adapters=mmengine
   # The leg that installs mmdet3d 0.x (add_mmdet3d_0x) says so to its tests, which then fail
   # without it instead of skipping (tests/openmmlab1/test_mmdet3d_0x.py).
   expect_mmdet3d_0x=
-  if [ "$name" = openmmlab1 ]; then tests=("${OPENMMLAB1_TESTS[@]}"); expect_mmdet3d_0x=1; fi
-  if [ "$name" = pytorch ]; then tests=("${PYTORCH_TESTS[@]}"); fi
+  if [ "$name" = openmmlab1 ]; then
+    tests=("${OPENMMLAB1_TESTS[@]}")
+    sparse_adapters=
+    expect_mmdet3d_0x=1
+  fi
+  if [ "$name" = pytorch ]; then tests=("${PYTORCH_TESTS[@]}"); sparse_adapters=; fi
   if [[ " ${PLAIN_LEGS[*]} " == *" $name "* ]]; then tests+=("${PLAIN_TESTS[@]}"); fi
   say "$name: ${#tests[@]} test files and tests"
   # From a copy of the tests, the demo's launcher and data writers they use (not installed),
@@ -287,8 +293,6 @@ for leg in "${LEGS[@]}"; do
   # changes), so that `import mmdet3d_ddp_guard` finds the installed package, not the checkout.
   workdir=$(mktemp -d)
   cp -r tests demo docs pytest.ini README.md "$workdir/"
-  sparse_adapters=mmengine
-  if [ "$name" = openmmlab1 ] || [ "$name" = pytorch ]; then sparse_adapters=; fi
   if (cd "$workdir" && DDP_GUARD_EXPECT_INSTALLED=1 DDP_GUARD_SPARSE_ADAPTERS=$sparse_adapters \
       DDP_GUARD_EXPECT_MMDET3D_0X=$expect_mmdet3d_0x \
       "$repo/.venvs/$name/bin/python" -m pytest "${tests[@]}" -p no:cacheprovider -q); then

@@ -5,7 +5,8 @@ reduce right.
 (:class:`~mmdet3d_ddp_guard.guard.step_backwards.StepBackwards`), which a plain loop runs
 itself after the forward: a backward inside the model's own forward, a second backward that
 reaches a parameter the step's first backward left unused (which the guard completed), and a
-backward that raised after reaching parameters. Each names the cause and the fix; ``{hook}`` is where the backwards run: the user's loop.
+backward that raised after reaching parameters. Each names the cause and the fix; ``{hook}``
+is where the backwards run: the user's loop.
 """
 from ..guard.step_backwards import StepErrorTexts
 
