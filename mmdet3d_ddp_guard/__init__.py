@@ -49,6 +49,8 @@ FRAMEWORKS = installed_frameworks()
 # table says it exports (GuardedDDP and the hooks for MMEngine, the guarded
 # MMDistributedDataParallel for mmcv 1.x) re-exported here.
 for _framework in rows_of(FRAMEWORKS):
+    if not _framework.imported_by_the_package:
+        continue
     _adapter = importlib.import_module(f'.{_framework.adapter}', __name__)
     globals().update({name: getattr(_adapter, name) for name in _framework.exports})
     __all__ += list(_framework.exports)

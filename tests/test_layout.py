@@ -26,6 +26,8 @@ ADAPTERS = {
     'openmmlab1': ('mmcv', 'mmdet', 'mmdet3d'),
     # A plain PyTorch loop: torch alone.
     'pytorch': (),
+    # PyTorch Lightning, either of its packages.
+    'lightning': ('lightning', 'pytorch_lightning'),
 }
 MMCV1_ONLY = ('mmcv.parallel', 'mmcv.runner', 'mmcv.utils')
 # What each framework-free folder may read of the package: the arrows run one way, from the

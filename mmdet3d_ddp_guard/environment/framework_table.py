@@ -16,7 +16,7 @@ from ..messages.config_lines import ConfigLines
 
 #: The frameworks' names, the keys of :func:`~.frameworks.installed_frameworks`. A plain
 #: PyTorch loop is a framework too: torch alone, no config, the user's own loop.
-MMENGINE, MMCV1, PYTORCH = 'mmengine', 'mmcv-full', 'torch'
+MMENGINE, MMCV1, PYTORCH, LIGHTNING = 'mmengine', 'mmcv-full', 'torch', 'lightning'
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,9 @@ class Framework:
         seed_help (str): ``check --seed``'s help, in its words.
         setting_lines (tuple[str]): What ``check``'s report adds after the guard's setting
             lines, in its words.
+        imported_by_the_package (bool): ``import mmdet3d_ddp_guard`` imports its adapter
+            where it is installed; False for a trainer the user imports the adapter of by
+            name (importing the package loads no trainer).
     """
     name: str
     title: str
@@ -84,6 +87,7 @@ class Framework:
     imports_key: str = ''
     seed_help: str = ''
     setting_lines: Tuple[str, ...] = ()
+    imported_by_the_package: bool = True
 
 
 def _written_for_mmengine(cfg: Mapping[str, Any]) -> bool:
@@ -114,6 +118,10 @@ def _written_for_mmcv1(cfg: Mapping[str, Any]) -> bool:
 _CHECK_THE_BRANCH = ('run `python -m mmdet3d_ddp_guard check CONFIG --world-size N` to see which '
                      'batches take the branch')
 _PLAIN_NORM_CFG = "norm_cfg=dict(type='BN')"
+#: The words of the frameworks without a config (a loop, a trainer) for the same fix.
+_LOG_THE_BRANCH = ('log which batches take the branch, on which rank (a plain loop has no '
+                   'config for `check` to simulate)')
+_PLAIN_NORM = 'nn.BatchNorm2d or nn.GroupNorm in place of the synchronised layer'
 #: ``norm_cfg`` types that build a layer with a collective in its forward, as mmcv and
 #: mmdet3d register them ('SyncBN' is torch's SyncBatchNorm).
 _SYNC_NORM_CFG_TYPES = ('SyncBN', 'MMSyncBN', 'naiveSyncBN1d', 'naiveSyncBN2d')
@@ -255,9 +263,8 @@ FRAMEWORKS: Tuple[Framework, ...] = (
             let_the_guard_choose=("Remove it (or pass 'auto') to let GuardedDDP choose."),
             own_wrapper="torch's DistributedDataParallel",
             where='in your code',
-            find_the_branch=('log which batches take the branch, on which rank (a plain loop '
-                             'has no config for `check` to simulate)'),
-            plain_norm='nn.BatchNorm2d or nn.GroupNorm in place of the synchronised layer'),
+            find_the_branch=_LOG_THE_BRANCH,
+            plain_norm=_PLAIN_NORM),
         distributions=(('torch', None), ),
         written_for=lambda cfg: False,
         runner_types=(),
@@ -277,6 +284,53 @@ FRAMEWORKS: Tuple[Framework, ...] = (
             'or hang, and read which parameters each rank left unused, and when, in its '
             'report (UnusedParamsReport(model, out_dir)) or with `python -m '
             'mmdet3d_ddp_guard summarize OUT_DIR`.')),
+    # PyTorch Lightning builds torch's DDP in its DDPStrategy; the user passes the adapter's
+    # strategy to its Trainer. The adapter is imported by name only: the package's import
+    # must not load a trainer (seconds of import, and its logging set up).
+    Framework(
+        name=LIGHTNING,
+        title="PyTorch Lightning (its Trainer builds torch's DistributedDataParallel)",
+        short_title='Lightning',
+        adapter='lightning',
+        exports=(),
+        lines=ConfigLines(
+            report='GuardedDDPStrategy',
+            wrapper='GuardedDDPStrategy',
+            guard=('from mmdet3d_ddp_guard.lightning import GuardedDDPStrategy; '
+                   'Trainer(strategy=GuardedDDPStrategy())'),
+            mode_template='GuardedDDPStrategy(find_unused_parameters={value})',
+            mode_over_false='in place of find_unused_parameters=False in GuardedDDPStrategy(...)',
+            option_template='GuardedDDPStrategy({option}={value})',
+            static_graph_fix=('remove static_graph=True from GuardedDDPStrategy(...) and let it '
+                              'choose: GuardedDDPStrategy()'),
+            let_the_guard_choose="Remove it (or pass 'auto') to let GuardedDDPStrategy choose.",
+            own_wrapper="Lightning's DDPStrategy",
+            where='in your code',
+            find_the_branch=_LOG_THE_BRANCH,
+            plain_norm=_PLAIN_NORM),
+        # The unified package first: its lightning.pytorch is the same code.
+        distributions=(('lightning', None), ('pytorch-lightning', None)),
+        written_for=lambda cfg: False,
+        runner_types=(),
+        seed_key='',
+        seed_set_by_train_script=False,
+        guard_is_import_line=False,
+        without_the_guard=('pass Trainer(strategy=DDPStrategy(find_unused_parameters=True)) '
+                           'in place of GuardedDDPStrategy()'),
+        # DDPStrategy's _setup_model and pre_backward, which the adapter overrides, are 2.x's;
+        # tested on 2.6.6.
+        minimum=(2, 0),
+        too_old=('mmdet3d_ddp_guard.lightning supports Lightning >= 2.0 (tested on 2.6.6), but '
+                 "Lightning {version} is installed: pip install -U 'lightning>=2.0', or pass "
+                 'Trainer(strategy=DDPStrategy(find_unused_parameters=True)) instead.'),
+        to_install="PyTorch Lightning (pip install 'lightning>=2.0')",
+        reads_configs=False,
+        without_a_config=(
+            'A Lightning training has no config for `check` to simulate. Train it with '
+            'Trainer(strategy=GuardedDDPStrategy()) (mmdet3d_ddp_guard.lightning), which '
+            'trains on where DDPStrategy() would fail or hang and logs which parameters each '
+            "rank left unused, and when, on Lightning's logger."),
+        imported_by_the_package=False),
 )
 
 _BY_NAME: Dict[str, Framework] = {row.name: row for row in FRAMEWORKS}
@@ -294,4 +348,4 @@ def rows_of(names: Sequence[str]) -> Tuple[Framework, ...]:
 
 #: Each adapter's config lines, which its messages name.
 MMENGINE_LINES, MMCV1_LINES = framework(MMENGINE).lines, framework(MMCV1).lines
-PYTORCH_LINES = framework(PYTORCH).lines
+PYTORCH_LINES, LIGHTNING_LINES = framework(PYTORCH).lines, framework(LIGHTNING).lines

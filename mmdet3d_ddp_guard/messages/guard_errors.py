@@ -112,3 +112,7 @@ def graph_search_accumulation_refused(torch_version: str, lines: ConfigLines) ->
             'synchronised across ranks (pytorch/pytorch#69031, fixed in torch 2.4). Build '
             f"{lines.wrapper} with find_unused_parameters='auto' (the same training as the "
             'corrected graph search), or upgrade torch to >= 2.4.')
+
+
+def static_graph_not_a_bool(value, lines: ConfigLines) -> str:
+    return f'{lines.wrapper}: static_graph must be True or False, not {value!r}.'

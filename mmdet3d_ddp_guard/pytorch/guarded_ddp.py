@@ -1,37 +1,13 @@
 """GuardedDDP for a plain PyTorch loop: torch's ``DistributedDataParallel``, guarded."""
-import inspect
-from typing import List, Optional
-
-import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..environment.framework_table import PYTORCH_LINES
-from ..environment.versions import graph_search_accumulates_right
-from ..guard.decision_policy import DecisionPolicy, Mode
-from ..guard.guarded_wrapper import GuardedWrapper
-from ..guard.step_backwards import StepBackwards
-from ..messages.guard_errors import graph_search_accumulation_refused
-from ..messages.mode_request import AUTO, read_request
-from ..stall_guard import DEFAULT_STALL_TIMEOUT, check_stall_timeout
+from ..guard.step_per_forward import StepPerForwardWrapper
 from .loop_log import log_from_rank
 from .step_errors import PYTORCH_STEP_ERRORS, WHERE_BACKWARDS_RUN
 
-#: The installed torch's DDP signature, which GuardedDDP takes as it is (but for the default
-#: of ``find_unused_parameters``), plus the guard's own keyword-only ``stall_timeout``.
-_DDP_SIGNATURE = inspect.signature(DistributedDataParallel.__init__)
 
-
-def _guarded_signature() -> inspect.Signature:
-    parameters = [
-        parameter.replace(default=AUTO) if name == 'find_unused_parameters' else parameter
-        for name, parameter in _DDP_SIGNATURE.parameters.items()
-    ]
-    parameters.append(inspect.Parameter('stall_timeout', inspect.Parameter.KEYWORD_ONLY,
-                                        default=DEFAULT_STALL_TIMEOUT))
-    return _DDP_SIGNATURE.replace(parameters=parameters)
-
-
-class GuardedDDP(GuardedWrapper, DistributedDataParallel):
+class GuardedDDP(StepPerForwardWrapper, DistributedDataParallel):
     """torch's ``DistributedDataParallel`` for your own training loop, which unused
     parameters cannot crash or hang.
 
@@ -119,64 +95,5 @@ class GuardedDDP(GuardedWrapper, DistributedDataParallel):
 
     lines = PYTORCH_LINES
     log = staticmethod(log_from_rank)
-
-    def __init__(self, *args, stall_timeout: Optional[float] = DEFAULT_STALL_TIMEOUT,
-                 **kwargs):
-        arguments = _DDP_SIGNATURE.bind(self, *args, **kwargs).arguments
-        arguments.pop('self')
-        module = arguments.pop('module')
-        static_graph = arguments.pop('static_graph', False)
-        if not isinstance(static_graph, bool):
-            raise TypeError(f'GuardedDDP: static_graph must be True or False, not '
-                            f'{static_graph!r}.')
-        check_stall_timeout(stall_timeout, PYTORCH_LINES)
-        requested, source = read_request(arguments.pop('find_unused_parameters', AUTO),
-                                         built_by_runner=False, lines=PYTORCH_LINES)
-        policy = DecisionPolicy(requested, source, static_graph, PYTORCH_LINES)
-        self.build_guarded(module, policy, static_graph, stall_timeout, arguments)
-
-    __init__.__signature__ = _guarded_signature()
-
-    def _adapter_state(self):
-        return ('step_backwards', )
-
-    def _init_adapter_state(self) -> None:
-        self.step_backwards = StepBackwards(self, PYTORCH_STEP_ERRORS, waits_for_outputs=False)
-
-    def forward(self, *inputs, **kwargs):
-        """DDP's forward; with gradients enabled, a guarded step, whose backwards settle
-        the unused parameters when they are over."""
-        if not torch.is_grad_enabled():
-            return super().forward(*inputs, **kwargs)
-        # Outside a framework's runner the iteration is the backwards settled so far.
-        iteration = self.completion.iterations_ended
-        # False inside no_sync (gradient accumulation): this step's backward reduces nothing.
-        reduces = self.require_backward_grad_sync
-        if not reduces and self.decision.mode == Mode.FIND_UNUSED \
-                and not graph_search_accumulates_right(torch.__version__):
-            raise RuntimeError(graph_search_accumulation_refused(torch.__version__,
-                                                                 PYTORCH_LINES))
-        with self.telling_the_stall_guard():
-            self.step_backwards.begin_step(iteration, WHERE_BACKWARDS_RUN)
-        with self.guarded_step(iteration):
-            with self.step_backwards.module_step():
-                output = super().forward(*inputs, **kwargs)
-            for revision in self.forward_returned():
-                self.log(revision)
-            self.step_backwards.expect_backwards(output_tensors(output), reduces)
-        return output
-
-
-def output_tensors(output) -> List[torch.Tensor]:
-    """The tensors of a forward's output, where DDP's graph search starts: in nested lists,
-    tuples, dicts and dataclasses, as DDP's own ``_find_tensors`` finds them."""
-    if isinstance(output, torch.Tensor):
-        return [output]
-    if isinstance(output, (list, tuple)):
-        return [tensor for item in output for tensor in output_tensors(item)]
-    if isinstance(output, dict):
-        return [tensor for item in output.values() for tensor in output_tensors(item)]
-    fields = getattr(output, '__dataclass_fields__', None)
-    if fields is not None:
-        return [tensor for name in fields for tensor in output_tensors(getattr(output, name))]
-    return []
+    step_errors = PYTORCH_STEP_ERRORS
+    where_backwards_run = WHERE_BACKWARDS_RUN
