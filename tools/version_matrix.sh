@@ -44,7 +44,7 @@ cd "$(dirname "$0")/.."
 # priority order: CI runs the legs marked yes, in this order.
 LEGS=(
   "openmmlab1|3.8|torch==1.12.1 numpy<1.24 setuptools<70 wheel ninja pillow<10 requests||first|7|7"
-  "pytorch|3.11|torch==2.13.0 numpy==1.26.4||first|2|2"
+  "pytorch|3.11|torch==2.13.0 numpy==1.26.4 pytorch-lightning==2.6.6 lightning==2.6.6 accelerate==1.15.0 transformers==5.23.0||first|3|2"
   "torch1.9|3.8|torch==1.9.1 mmengine==0.8.5 numpy<1.25 setuptools<70 vermin==1.9.2||yes|3|4"
   "torch1.12|3.8|torch==1.12.1 mmengine==0.8.5 numpy<1.25 setuptools<70||no|3|3"
   "torch2.14|3.11|torch==2.14.1 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|6"
@@ -94,15 +94,17 @@ PLAIN_TESTS=(tests/pytorch/test_plain_loop.py tests/pytorch/test_loss_in_the_loo
 OPENMMLAB1_TESTS=(tests/test_layout.py tests/test_ddp_contract.py tests/test_import_changes.py
   tests/test_sparse_gradients.py tests/test_comm_hooks.py tests/test_training_changes.py tests/test_one_way_step.py
   tests/openmmlab1)
-# The pytorch leg has torch alone, the suite's torch: what only an install without MMEngine
-# and mmcv shows (the layout's import rules, what importing changes there: nothing, README;
-# the package loads no framework), and one plain loop trained and reported with torch alone.
-# The plain adapter's other tests run in the suite on the same torch, and in the torch1.9 and
-# torch2.14 legs.
+# The pytorch leg has the suite's torch without MMEngine and mmcv, and the trainers that build
+# torch's DDP themselves (Lightning, Accelerate, transformers: never the project's
+# requirements): what only such an install shows (the layout's import rules, what importing
+# changes there: nothing, README; the package loads no framework and no trainer), one plain
+# loop trained and reported, and the trainers' tests (tests/trainers, each against the
+# trainer's own find_unused_parameters=True). The plain adapter's other tests run in the
+# suite on the same torch, and in the torch1.9 leg.
 PYTORCH_TESTS=(tests/test_layout.py tests/test_import_changes.py
   tests/pytorch/test_plain_loop.py::test_the_package_imports_with_torch_alone_and_loads_no_framework
   tests/pytorch/test_plain_loop.py::test_trains_as_the_graph_search_on_every_rank
-  tests/pytorch/test_plain_report.py)
+  tests/pytorch/test_plain_report.py tests/trainers)
 
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
 

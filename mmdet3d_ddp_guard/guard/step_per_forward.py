@@ -8,6 +8,7 @@ defaulting to ``'auto'``; a forward with gradients enabled is one step, whose ba
 counting every tensor the forward returned as DDP's graph search counts it. Where a trainer
 prepares DDP's reducer for a backward itself, inside the forward (Lightning's manual
 optimization), the step begins at that backward instead (:meth:`backward_prepared`).
+The adapter's ``forward`` calls :meth:`guarded_forward` and logs what it returns.
 """
 import inspect
 from typing import List, Optional, Tuple
@@ -68,25 +69,26 @@ class StepPerForwardWrapper(GuardedWrapper):
     def _init_adapter_state(self) -> None:
         self.step_backwards = StepBackwards(self, self.step_errors, waits_for_outputs=False)
 
-    def forward(self, *inputs, **kwargs):
+    def guarded_forward(self, *inputs, **kwargs) -> Tuple[object, List[str]]:
         """DDP's forward; with gradients enabled, a guarded step, whose backwards settle
-        the unused parameters when they are over."""
+        the unused parameters when they are over. Returns the output and the messages of the
+        decision's revisions, for the adapter to log (the guard calls no logger)."""
         if not torch.is_grad_enabled():
-            return super().forward(*inputs, **kwargs)
+            return super().forward(*inputs, **kwargs), []
         iteration, reduces = self._begin_step()
         with self.guarded_step(iteration):
             with self.step_backwards.module_step():
                 output = super().forward(*inputs, **kwargs)
-            self._expect_backwards(output, reduces)
-        return output
+            return output, self._expect_backwards(output, reduces)
 
-    def backward_prepared(self, loss) -> None:
+    def backward_prepared(self, loss) -> List[str]:
         """A step that begins at a backward of ``loss`` whose reducer its trainer prepares
         itself, inside the forward (Lightning's ``manual_backward``), not at the forward: call
-        it before that preparation, on every rank alike."""
+        it before that preparation, on every rank alike. Returns the messages of the
+        decision's revisions, for the adapter to log."""
         iteration, reduces = self._begin_step()
         with self.guarded_step(iteration):
-            self._expect_backwards(loss, reduces)
+            return self._expect_backwards(loss, reduces)
 
     def _begin_step(self) -> Tuple[int, bool]:
         # Outside a framework's runner the iteration is the backwards settled so far.
@@ -101,10 +103,10 @@ class StepPerForwardWrapper(GuardedWrapper):
             self.step_backwards.begin_step(iteration, self.where_backwards_run)
         return iteration, reduces
 
-    def _expect_backwards(self, output, reduces: bool) -> None:
-        for revision in self.forward_returned():
-            self.log(revision)
+    def _expect_backwards(self, output, reduces: bool) -> List[str]:
+        revisions = self.forward_returned()
         self.step_backwards.expect_backwards(output_tensors(output), reduces)
+        return revisions
 
 
 def output_tensors(output) -> List[torch.Tensor]:

@@ -85,7 +85,7 @@ class GuardedDDPStrategy(_DDPStrategy):
         here, before Lightning prepares DDP's reducer for it."""
         if isinstance(self.model, LightningGuardedDDP) \
                 and not self.lightning_module.automatic_optimization:
-            self.model.backward_prepared(closure_loss)
+            self.model.manual_backward_begins(closure_loss)
         super().pre_backward(closure_loss)
 
     def on_exception(self, exception: BaseException) -> None:

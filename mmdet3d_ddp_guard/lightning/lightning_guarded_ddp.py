@@ -14,8 +14,7 @@ class LightningGuardedDDP(StepPerForwardWrapper, DistributedDataParallel):
     optimization that forward is the step, whose returned tensors (the loss, or every tensor
     of the dict it returns) Lightning's closure back-propagates. Under manual optimization
     the steps begin at each ``manual_backward``
-    (:meth:`~mmdet3d_ddp_guard.guard.step_per_forward.StepPerForwardWrapper.backward_prepared`,
-    called by the strategy), where Lightning prepares DDP's reducer itself, inside this
+    (:meth:`manual_backward_begins`, called by the strategy), where Lightning prepares DDP's reducer itself, inside this
     forward. Its arguments are those of the plain loop's ``GuardedDDP``."""
 
     lines = LIGHTNING_LINES
@@ -24,6 +23,17 @@ class LightningGuardedDDP(StepPerForwardWrapper, DistributedDataParallel):
     where_backwards_run = WHERE_BACKWARDS_RUN
 
     def forward(self, *inputs, **kwargs):
-        if getattr(self.module, 'automatic_optimization', True):
-            return super().forward(*inputs, **kwargs)
-        return DistributedDataParallel.forward(self, *inputs, **kwargs)
+        if not getattr(self.module, 'automatic_optimization', True):
+            return DistributedDataParallel.forward(self, *inputs, **kwargs)
+        output, revisions = self.guarded_forward(*inputs, **kwargs)
+        self._log_all(revisions)
+        return output
+
+    def manual_backward_begins(self, loss) -> None:
+        """Under manual optimization, before Lightning prepares DDP's reducer for the
+        backward of ``loss``: a step of its own begins."""
+        self._log_all(self.backward_prepared(loss))
+
+    def _log_all(self, revisions) -> None:
+        for revision in revisions:
+            self.log(revision)

@@ -97,3 +97,9 @@ class GuardedDDP(StepPerForwardWrapper, DistributedDataParallel):
     log = staticmethod(log_from_rank)
     step_errors = PYTORCH_STEP_ERRORS
     where_backwards_run = WHERE_BACKWARDS_RUN
+
+    def forward(self, *inputs, **kwargs):
+        output, revisions = self.guarded_forward(*inputs, **kwargs)
+        for revision in revisions:
+            self.log(revision)
+        return output
