@@ -10,13 +10,17 @@ guard to the OpenMMLab framework that is installed, and a plain PyTorch loop bui
   guards ``mmcv.parallel.MMDistributedDataParallel`` itself, since no config line there picks
   the DDP wrapper.
 - torch alone (a loop the user writes): :mod:`.pytorch`, imported by name; it changes
-  nothing outside the package.
+  nothing outside the package (its ``guard_ddp_builds()`` serves Accelerate and the Hugging
+  Face Trainer, which build torch's DDP themselves).
+- PyTorch Lightning: :mod:`.lightning` (``GuardedDDPStrategy``), imported by name only,
+  never here: importing the package loads no trainer (its row's
+  ``imported_by_the_package``).
 
 Where several are installed each adapter loads; neither imports the other's framework. What
 importing changes in each framework is listed in the README ("What importing it changes")
 and done in one module per adapter. The folders, one concern each: :mod:`.guard` (the
 mechanism), :mod:`.stall_guard`, :mod:`.rank_simulation` (``check``), :mod:`.reporting` (the
-hook's files), :mod:`.messages`, :mod:`.environment`, the three adapters and :mod:`.cli`.
+hook's files), :mod:`.messages`, :mod:`.environment`, the four adapters and :mod:`.cli`.
 
 The supported torch and Python are checked first (:mod:`.environment.versions`): torch is
 not an install requirement, so that installing this package never replaces a user's CUDA

@@ -17,6 +17,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Set, Tuple
 import pytest
 
 import mmdet3d_ddp_guard
+from mmdet3d_ddp_guard.environment import framework_table
 
 PACKAGE = osp.dirname(mmdet3d_ddp_guard.__file__)
 FRAMEWORKS = ('mmengine', 'mmcv', 'mmdet', 'mmdet3d', 'mmseg')
@@ -367,9 +368,8 @@ FRAMEWORK_TABLE = 'environment/framework_table.py'
 def framework_identities() -> Set[str]:
     """What names a framework: the table's own names for one (its constants and lines), and
     each row's name, adapter package and distributions."""
-    from mmdet3d_ddp_guard.environment import framework_table
     found = {name for name in vars(framework_table)
-             if name.startswith(('MMENGINE', 'MMCV1', 'PYTORCH'))}
+             if name.startswith(('MMENGINE', 'MMCV1', 'PYTORCH', 'LIGHTNING'))}
     for row in framework_table.FRAMEWORKS:
         found.update([row.name, row.adapter], (name for name, _ in row.distributions))
     # torch is what every module is written on, not a framework's mark: the plain row's
@@ -420,18 +420,13 @@ def test_only_the_adapters_and_the_table_name_a_framework():
 
 
 #: What names a framework in a string: a dotted path into one of its packages
-#: (``'mmcv.ops.sync_bn'``), or a class or config key that one of them defines (the guard's
-#: own names, GuardedDDP and UnusedParamsHook, are the package's, shared by its adapters).
+#: (``'mmcv.ops.sync_bn'``), or a class or config key that one of them defines, as the table's
+#: rows list them (``words``; the guard's own names, GuardedDDP and UnusedParamsHook, are the
+#: package's, shared by its adapters).
 FRAMEWORK_PATH = re.compile(r'\b(?:' + '|'.join(FRAMEWORKS) + r')\.[A-Za-z_]')
-FRAMEWORK_WORDS = re.compile(r'\b(?:' + '|'.join((
-    # classes
-    'MMDistributedDataParallel', 'IterBasedRunner', 'EpochBasedRunner', 'FlexibleRunner',
-    'OptimizerHook', 'GradientCumulativeOptimizerHook', 'OptimWrapper', 'AmpOptimWrapper',
-    'NaiveSyncBatchNorm1d', 'NaiveSyncBatchNorm2d', 'MessageHub', 'print_log',
-    # config keys and registered types
-    'model_wrapper_cfg', 'custom_imports', 'custom_hooks', 'norm_cfg', 'ddp_guard',
-    'randomness', 'optim_wrapper', 'optimizer_config', 'train_dataloader', 'default_scope',
-    'accumulative_counts', 'MMSyncBN', 'naiveSyncBN1d', 'naiveSyncBN2d')) + r')\b')
+FRAMEWORK_WORDS = re.compile(r'\b(?:' + '|'.join(sorted({
+    word for row in framework_table.FRAMEWORKS
+    for word in row.words})) + r')\b')
 
 
 def framework_strings(source: str) -> List[str]:

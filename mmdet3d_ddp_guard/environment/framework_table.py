@@ -60,6 +60,9 @@ class Framework:
         seed_help (str): ``check --seed``'s help, in its words.
         setting_lines (tuple[str]): What ``check``'s report adds after the guard's setting
             lines, in its words.
+        words (tuple[str]): Its class names and config keys that no code outside its adapter
+            and this table may hold (``tests/test_layout.py`` looks for them in the strings
+            of every other module; docstrings and comments are prose).
         imported_by_the_package (bool): ``import mmdet3d_ddp_guard`` imports its adapter
             where it is installed; False for a trainer the user imports the adapter of by
             name (importing the package loads no trainer).
@@ -87,6 +90,7 @@ class Framework:
     imports_key: str = ''
     seed_help: str = ''
     setting_lines: Tuple[str, ...] = ()
+    words: Tuple[str, ...] = ()
     imported_by_the_package: bool = True
 
 
@@ -181,7 +185,12 @@ FRAMEWORKS: Tuple[Framework, ...] = (
         setting_lines=("    custom_hooks = [dict(type='UnusedParamsHook')]  # optional: "
                        'per-iteration report',
                        '(or inherit configs/_base_/ddp_guard.py), and delete any top-level '
-                       '`find_unused_parameters = ...` line.')),
+                       '`find_unused_parameters = ...` line.'),
+        words=('FlexibleRunner', 'OptimWrapper', 'AmpOptimWrapper', 'MessageHub', 'print_log',
+               'NaiveSyncBatchNorm1d', 'NaiveSyncBatchNorm2d', 'model_wrapper_cfg',
+               'custom_imports', 'custom_hooks', 'norm_cfg', 'randomness', 'optim_wrapper',
+               'train_dataloader', 'default_scope', 'accumulative_counts')
+        + _SYNC_NORM_CFG_TYPES[1:]),
     # The training scripts pass cfg.get('find_unused_parameters', False) to mmcv's DDP, and
     # the guard reads the same key: a line at the end of the config also overrides an
     # inherited one.
@@ -240,7 +249,10 @@ FRAMEWORKS: Tuple[Framework, ...] = (
                    "the BEV codebases' tools/train.py (BEVFormer, UniAD, StreamPETR, PETR; "
                    "mmdet 2.x's draws a random one)"),
         setting_lines=('(it guards every MMDistributedDataParallel the training builds), and '
-                       'delete any top-level `find_unused_parameters = ...` line.', )),
+                       'delete any top-level `find_unused_parameters = ...` line.', ),
+        words=('MMDistributedDataParallel', 'IterBasedRunner', 'EpochBasedRunner',
+               'OptimizerHook', 'GradientCumulativeOptimizerHook', 'optimizer_config',
+               'ddp_guard', 'custom_imports', 'norm_cfg')),
     # torch alone: the user builds the wrapper in their own loop. Its GuardedDDP is not
     # re-exported (mmdet3d_ddp_guard.GuardedDDP is MMEngine's): the import names the folder.
     # Last, so that a config (check) and a work dir (summarize) are read by an OpenMMLab
@@ -330,6 +342,8 @@ FRAMEWORKS: Tuple[Framework, ...] = (
             'Trainer(strategy=GuardedDDPStrategy()) (mmdet3d_ddp_guard.lightning), which '
             'trains on where DDPStrategy() would fail or hang and logs which parameters each '
             "rank left unused, and when, on Lightning's logger."),
+        words=('LightningModule', 'DDPStrategy', 'training_step', 'manual_backward',
+               'automatic_optimization', 'accumulate_grad_batches'),
         imported_by_the_package=False),
 )
 
