@@ -135,7 +135,7 @@ def train(rank: int, world_size: int, strategy_name: str, shape: str = 'loss', a
                                      for n, t in v.items()}
                                  for k, v in optimizer.state_dict()['state'].items()},
                 none_grads=recorder.none_grads, grads=recorder.grads, losses=module.losses,
-                global_step=trainer.global_step, wrappers=sorted(recorder.wrappers),
+                global_step=trainer.global_step, wrapper=' '.join(sorted(recorder.wrappers)),
                 guard_lines=guard_lines.messages)
 
 

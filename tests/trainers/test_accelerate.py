@@ -11,8 +11,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mmdet3d_ddp_guard.pytorch import guard_ddp_builds
 from tests.dist_utils import run_distributed
-from tests.equivalence import assert_state_equal
 from tests.trainers.accelerate_runs import side_by_side
+from tests.trainers.comparison import assert_each_case_trains_alike
 
 pytest.importorskip('accelerate')
 
@@ -21,19 +21,13 @@ CASES = [dict(accumulate=1), dict(accumulate=2)]
 
 def test_prepare_in_the_block_trains_as_accelerate_s_graph_search():
     results = run_distributed(side_by_side, CASES, timeout=240)
-    for rank, per_rank in enumerate(results):
-        for case, runs in zip(CASES, per_rank):
-            guarded, reference = runs['guarded'], runs['reference']
-            where = f'rank {rank} {case}'
-            assert (guarded['wrapper'], reference['wrapper']) == \
-                ('BlockGuardedDDP', 'DistributedDataParallel'), where
-            # unwrap_model strips the guarded wrapper as it strips DDP; the class is back.
-            assert guarded['unwrapped_is_detector'] and \
-                guarded['ddp_class'] == 'DistributedDataParallel', where
-            for key in ('params', 'buffers', 'optimizer_state', 'none_grads', 'grads',
-                        'losses'):
-                assert_state_equal(guarded[key], reference[key], f'{where} {key}')
-            assert any(reference['none_grads']) and not all(reference['none_grads']), where
+    assert_each_case_trains_alike(
+        results, CASES, ('params', 'buffers', 'optimizer_state', 'none_grads', 'grads', 'losses'),
+        ('BlockGuardedDDP', 'DistributedDataParallel'))
+    # unwrap_model strips the guarded wrapper as it strips DDP; torch's class is back.
+    assert all(runs['guarded']['unwrapped_is_detector']
+               and runs['guarded']['ddp_class'] == 'DistributedDataParallel'
+               for per_rank in results for runs in per_rank)
 
 
 def test_the_block_puts_torch_s_class_back_also_when_it_raises():

@@ -12,6 +12,7 @@ import pytest
 
 from tests.dist_utils import DistributedRunError, run_distributed
 from tests.equivalence import assert_state_equal
+from tests.trainers.comparison import assert_each_case_trains_alike
 from tests.trainers.lightning_runs import side_by_side
 
 pytest.importorskip('pytorch_lightning')
@@ -23,18 +24,9 @@ CASES = [dict(shape='loss'), dict(shape='dict'), dict(shape='manual'),
 
 
 def assert_same_training(results, cases):
-    for rank, per_rank in enumerate(results):
-        for case, runs in zip(cases, per_rank):
-            guarded, reference = runs['guarded'], runs['reference']
-            where = f'rank {rank} {case}'
-            assert guarded['wrappers'] == ['LightningGuardedDDP'], where
-            assert reference['wrappers'] == ['DistributedDataParallel'], where
-            for key in ('params', 'buffers', 'optimizer_state', 'none_grads', 'grads',
-                        'losses', 'global_step'):
-                assert_state_equal(guarded[key], reference[key], f'{where} {key}')
-            # The data left a head unused on every rank in some steps (None, skipped by
-            # AdamW) and on one rank only in others.
-            assert any(reference['none_grads']) and not all(reference['none_grads']), where
+    assert_each_case_trains_alike(
+        results, cases, ('params', 'buffers', 'optimizer_state', 'none_grads', 'grads', 'losses',
+                         'global_step'), ('LightningGuardedDDP', 'DistributedDataParallel'))
     for case_runs in zip(*results):
         assert_state_equal(case_runs[1]['guarded']['params'], case_runs[0]['guarded']['params'],
                            'rank 1 against rank 0')
