@@ -1,0 +1,217 @@
+"""Step time of the guard's 'auto' against plain DDP and DDP's graph search on a transformer,
+in a plain loop and under the trainers that build DDP themselves, in one run.
+
+Run under torchrun (2 gloo ranks, one thread each, on the CPU) where transformers (and, for
+``--trainers lightning``, Lightning) is installed (the ``pytorch`` leg's venv):
+
+    .venvs/pytorch/bin/python -m torch.distributed.run --nproc_per_node 2 \\
+        benchmarks/bench_trainers.py
+
+The model is transformers' ``GPT2LMHeadModel`` built from its config (``--layers`` layers,
+n_embd 256, 4 heads, a 2048-token vocabulary), trained on 4x64 tokens with AdamW; it has no
+unused parameter, so plain DDP trains it and every difference is a wrapper's own cost. Three
+settings take turns (interleaved rounds of ``--steps`` steps; each figure is the median over
+rounds of the median step of a round), in each of:
+
+- ``loop``: a plain loop: ``DistributedDataParallel(model)``, ``DistributedDataParallel(model,
+  find_unused_parameters=True)`` and ``GuardedDDP(model, stall_timeout=None)``, built once,
+  and plain DDP with torch's Python ``allreduce_hook`` (what any Python comm hook costs: the
+  guard reduces the buckets through one);
+- ``hf``: the Hugging Face Trainer, a new one each round: ``ddp_find_unused_parameters=False``,
+  the Trainer's default (True for a ``PreTrainedModel`` without checkpointing), and the default
+  inside ``with guard_ddp_builds(stall_timeout=None):``; a step is timed from the Trainer's
+  ``on_step_begin`` to ``on_step_end``;
+- ``lightning``: ``DDPStrategy()``, ``DDPStrategy(find_unused_parameters=True)`` and
+  ``GuardedDDPStrategy(stall_timeout=None)``, a new Trainer each round; a step is timed from
+  ``on_train_batch_start`` to ``on_train_batch_end``.
+
+Rank 0 prints each setting's median step and its ratio to plain DDP and to the graph search.
+"""
+import argparse
+import statistics
+import tempfile
+import time
+from typing import Callable, Dict, List
+
+import repo_root  # noqa: F401,I100 (the checkout importable)
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+PLAIN, SEARCH, GUARDED = 'plain DDP', 'graph search', "guard 'auto'"
+#: Plain DDP with torch's Python all-reduce hook: what any Python comm hook costs (the guard
+#: reduces the buckets through one, which carries the counts).
+PLAIN_PYTHON_HOOK = 'plain + hook'
+
+
+def gpt2(layers: int):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=layers, n_embd=256, n_head=4, vocab_size=2048,
+                                       n_positions=128))
+    return model.train()
+
+
+def tokens(rank: int, step: int) -> torch.Tensor:
+    return torch.randint(2048, (4, 64), generator=torch.Generator().manual_seed(rank * 1000
+                                                                                + step))
+
+
+def loop_round(layers: int, steps: int) -> Callable[[str], List[float]]:
+    """The plain loop's wrappers, built once; a round of ``steps`` steps of one of them."""
+    from mmdet3d_ddp_guard.pytorch import GuardedDDP
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    def plain_with_python_hook(model):
+        wrapper = DistributedDataParallel(model)
+        wrapper.register_comm_hook(None, default_hooks.allreduce_hook)
+        return wrapper
+    build = {PLAIN: lambda m: DistributedDataParallel(m),
+             SEARCH: lambda m: DistributedDataParallel(m, find_unused_parameters=True),
+             GUARDED: lambda m: GuardedDDP(m, stall_timeout=None),
+             PLAIN_PYTHON_HOOK: plain_with_python_hook}
+    runs = {}
+    for name, wrap in build.items():
+        model = wrap(gpt2(layers))
+        runs[name] = (model, torch.optim.AdamW(model.parameters(), lr=1e-4))
+
+    def one_round(name: str) -> List[float]:
+        model, optimizer = runs[name]
+        times = []
+        for step in range(steps):
+            ids = tokens(dist.get_rank(), step)
+            start = time.perf_counter()
+            model(input_ids=ids, labels=ids).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            times.append(time.perf_counter() - start)
+        return times
+    return one_round
+
+
+class _Tokens(torch.utils.data.Dataset):
+    def __init__(self, count: int):
+        self.count = count
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, index):
+        ids = tokens(dist.get_rank(), index)[0]
+        return dict(input_ids=ids, labels=ids)
+
+
+def hf_round(layers: int, steps: int) -> Callable[[str], List[float]]:
+    """A new Hugging Face Trainer per round, on ``steps`` steps of 4x64 tokens per rank."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from mmdet3d_ddp_guard.pytorch import guard_ddp_builds
+
+    class StepTimes(TrainerCallback):
+        def __init__(self):
+            self.times, self.start = [], 0.0
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.times.append(time.perf_counter() - self.start)
+
+    def one_round(name: str) -> List[float]:
+        recorder = StepTimes()
+        with tempfile.TemporaryDirectory() as out:
+            arguments = TrainingArguments(
+                output_dir=out, use_cpu=True, ddp_backend='gloo', per_device_train_batch_size=4,
+                max_steps=steps, learning_rate=1e-4, report_to=[], save_strategy='no',
+                logging_strategy='no', disable_tqdm=True, seed=0, dataloader_num_workers=0,
+                ddp_find_unused_parameters=False if name == PLAIN else None)
+            trainer = Trainer(model=gpt2(layers), args=arguments,
+                              train_dataset=_Tokens(4 * steps), callbacks=[recorder])
+            if name == GUARDED:
+                with guard_ddp_builds(stall_timeout=None):
+                    trainer.train()
+            else:
+                trainer.train()
+        return recorder.times
+    return one_round
+
+
+def lightning_round(layers: int, steps: int) -> Callable[[str], List[float]]:
+    """A new Lightning Trainer per round, on ``steps`` batches of 4x64 tokens per rank."""
+    import lightning.pytorch as pl
+
+    from mmdet3d_ddp_guard.lightning import GuardedDDPStrategy
+
+    class LanguageModel(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = gpt2(layers)
+
+        def training_step(self, ids, index):
+            return self.model(input_ids=ids, labels=ids).loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+    class StepTimes(pl.Callback):
+        def __init__(self):
+            self.times, self.start = [], 0.0
+
+        def on_train_batch_start(self, trainer, module, batch, index):
+            self.start = time.perf_counter()
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, index):
+            self.times.append(time.perf_counter() - self.start)
+
+    strategies = {PLAIN: lambda: pl.strategies.DDPStrategy(),
+                  SEARCH: lambda: pl.strategies.DDPStrategy(find_unused_parameters=True),
+                  GUARDED: lambda: GuardedDDPStrategy(stall_timeout=None)}
+
+    def one_round(name: str) -> List[float]:
+        recorder = StepTimes()
+        loader = torch.utils.data.DataLoader(
+            [tokens(dist.get_rank(), step)[0] for step in range(4 * steps)], batch_size=4)
+        trainer = pl.Trainer(accelerator='cpu', devices=dist.get_world_size(),
+                             strategy=strategies[name](), max_steps=steps, logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, use_distributed_sampler=False,
+                             callbacks=[recorder])
+        trainer.fit(LanguageModel(), loader)
+        return recorder.times
+    return one_round
+
+
+SETTINGS = {'loop': loop_round, 'hf': hf_round, 'lightning': lightning_round}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--trainers', nargs='+', default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument('--layers', type=int, default=6)
+    parser.add_argument('--rounds', type=int, default=12)
+    parser.add_argument('--steps', type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo')
+    for setting in args.trainers:
+        one_round = SETTINGS[setting](args.layers, args.steps)
+        names = (PLAIN, SEARCH, GUARDED) + ((PLAIN_PYTHON_HOOK, ) if setting == 'loop' else ())
+        for name in names:  # warm-up
+            one_round(name)
+        medians: Dict[str, List[float]] = {name: [] for name in names}
+        for _ in range(args.rounds):
+            for name in medians:
+                dist.barrier()
+                medians[name].append(statistics.median(one_round(name)))
+        if dist.get_rank() == 0:
+            step = {name: statistics.median(values) for name, values in medians.items()}
+            print(f'{setting}: GPT-2 {args.layers} layers, {args.rounds} interleaved rounds of '
+                  f'{args.steps} steps, median step:', flush=True)
+            for name, seconds in step.items():
+                print(f'  {name:14s} {seconds * 1000:7.1f} ms  {seconds / step[PLAIN]:.3f}x plain '
+                      f'DDP  {seconds / step[SEARCH]:.3f}x the graph search', flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == '__main__':
+    main()
