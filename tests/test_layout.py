@@ -367,11 +367,11 @@ FRAMEWORK_TABLE = 'environment/framework_table.py'
 
 def framework_identities() -> Set[str]:
     """What names a framework: the table's own names for one (its constants and lines), and
-    each row's name, adapter package and distributions."""
+    each row's name, adapter package and modules."""
     found = {name for name in vars(framework_table)
              if name.startswith(('MMENGINE', 'MMCV1', 'PYTORCH', 'LIGHTNING'))}
     for row in framework_table.FRAMEWORKS:
-        found.update([row.name, row.adapter], (name for name, _ in row.distributions))
+        found.update([row.name, row.adapter], (name for name, _ in row.modules))
     # torch is what every module is written on, not a framework's mark: the plain row's
     # distribution (and name) is named by every `import torch`.
     return found - {'torch'}

@@ -32,14 +32,21 @@ from tests.scenarios import (GLOO_REDUCES_BFLOAT16, GRAPH_SEARCH_TRAINS_LOGGED_O
 OLD_GRAPH_SEARCH = not graph_search_accumulates_right(torch.__version__)
 
 
+def _package(name: str, version: str):
+    """What an adapter hands check_framework: the framework's imported package (here its
+    three attributes that the check reads, as a vendored copy would have them)."""
+    return SimpleNamespace(__name__=name, __version__=version,
+                                 __file__=f'/vendored/{name}/__init__.py')
+
+
 @pytest.mark.parametrize('torch_version', ['1.9.1', '1.10.2+cu113', '1.12.1', '1.13.1',
                                            '2.1.2+cu121', '2.13.0+cpu', '2.14.1'])
 def test_supported_versions_pass_quietly(torch_version):
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         check_torch(torch_version, (3, 8))
-        check_framework(framework(MMENGINE), '0.8.0')
-        check_framework(framework(MMCV1), '1.4.0')
+        check_framework(framework(MMENGINE), _package('mmengine', '0.8.0'))
+        check_framework(framework(MMCV1), _package('mmcv', '1.4.0'))
 
 
 def test_unsupported_versions_are_refused_naming_the_range_and_the_fix():
@@ -47,10 +54,11 @@ def test_unsupported_versions_are_refused_naming_the_range_and_the_fix():
                                            r'bucket.*torch==1\.9\.1.*'
                                            'find_unused_parameters = True'):
         check_torch('1.8.1+cu111')
-    with pytest.raises(RuntimeError, match=r"mmengine >= 0\.8.*0\.7\.4.*pip install"):
-        check_framework(framework(MMENGINE), '0.7.4')
+    with pytest.raises(RuntimeError, match=r"mmengine >= 0\.8.*0\.7\.4.*pip install.*"
+                                           r"imports 'mmengine' from /vendored/mmengine"):
+        check_framework(framework(MMENGINE), _package('mmengine', '0.7.4'))
     with pytest.raises(RuntimeError, match=r"mmcv-full >= 1\.4 .*1\.3\.17.*mmcv-full==1\.4\.0"):
-        check_framework(framework(MMCV1), '1.3.17')
+        check_framework(framework(MMCV1), _package('mmcv', '1.3.17'))
     with pytest.raises(RuntimeError, match=r'Python >= 3\.8'):
         check_torch('2.1.2', (3, 7))
 

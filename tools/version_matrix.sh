@@ -50,6 +50,7 @@ LEGS=(
   "torch2.14|3.11|torch==2.14.1 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|6"
   "torch1.13|3.8|torch==1.13.1 mmengine==0.8.0 numpy<1.25 setuptools<70|yapf==0.40.1|yes|3|3"
   "torch2.1|3.11|torch==2.1.2 mmengine==0.10.7 numpy==1.26.4|setuptools<81|yes|3|4"
+  "mmengine_forms|3.11|torch==2.13.0 numpy==1.26.4 addict pyyaml rich termcolor yapf packaging matplotlib opencv-python-headless<4.11||yes|2|2"
 )
 TESTS=(
   tests/test_torch_versions.py tests/test_installed_package.py tests/test_usage_record.py
@@ -101,6 +102,10 @@ OPENMMLAB1_TESTS=(tests/test_layout.py tests/test_ddp_contract.py tests/test_imp
 # loop trained and reported, and the trainers' tests (tests/trainers, each against the
 # trainer's own find_unused_parameters=True). The plain adapter's other tests run in the
 # suite on the same torch, and in the torch1.9 leg.
+# The mmengine_forms leg has MMEngine's runtime dependencies but no mmengine distribution:
+# tools/mmengine_forms.sh puts mmengine-lite, onedl-mmengine and a source tree each in a
+# folder of its own, and its test trains each through the Runner (issue 60).
+MMENGINE_FORMS_TESTS=(tests/mmengine_forms)
 PYTORCH_TESTS=(tests/test_layout.py tests/test_import_changes.py
   tests/pytorch/test_plain_loop.py::test_the_package_imports_with_torch_alone_and_loads_no_framework
   tests/pytorch/test_plain_loop.py::test_trains_as_the_graph_search_on_every_rank
@@ -182,6 +187,7 @@ make_leg_venv() {
     # The package itself is reinstalled every run: it is what is under test.
     $pip install -q --no-deps --force-reinstall .
     if [ "$name" = openmmlab1 ]; then add_mmdet3d_0x "$venv"; fi
+    if [ "$name" = mmengine_forms ]; then bash tools/mmengine_forms.sh "$venv"; fi
     return
   fi
   local python
@@ -206,6 +212,7 @@ make_leg_venv() {
     say "$name: the README's fix for this stack: pip install '$fix'"
     $pip install -q "$fix"
   fi
+  if [ "$name" = mmengine_forms ]; then bash tools/mmengine_forms.sh "$venv"; fi
   stamp_of "$python_version" "$stack" "$fix" >"$venv/.complete"
 }
 
@@ -288,6 +295,11 @@ for leg in "${LEGS[@]}"; do
     expect_mmdet3d_0x=1
   fi
   if [ "$name" = pytorch ]; then tests=("${PYTORCH_TESTS[@]}"); sparse_adapters=; fi
+  mmengine_forms=
+  if [ "$name" = mmengine_forms ]; then
+    tests=("${MMENGINE_FORMS_TESTS[@]}")
+    mmengine_forms=$(readlink -f ".venvs/$name")/forms
+  fi
   if [[ " ${PLAIN_LEGS[*]} " == *" $name "* ]]; then tests+=("${PLAIN_TESTS[@]}"); fi
   say "$name: ${#tests[@]} test files and tests"
   # From a copy of the tests, the demo's launcher and data writers they use (not installed),
@@ -296,6 +308,7 @@ for leg in "${LEGS[@]}"; do
   workdir=$(mktemp -d)
   cp -r tests demo docs pytest.ini README.md "$workdir/"
   if (cd "$workdir" && DDP_GUARD_EXPECT_INSTALLED=1 DDP_GUARD_SPARSE_ADAPTERS=$sparse_adapters \
+      DDP_GUARD_MMENGINE_FORMS=$mmengine_forms \
       DDP_GUARD_EXPECT_MMDET3D_0X=$expect_mmdet3d_0x \
       "$repo/.venvs/$name/bin/python" -m pytest "${tests[@]}" -p no:cacheprovider -q); then
     say "$name: passed"

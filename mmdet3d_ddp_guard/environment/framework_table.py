@@ -1,7 +1,7 @@
 """The one table of the frameworks the guard adapts to, a row per framework.
 
 A row says everything that differs between frameworks outside their adapter folders: how to
-find the framework installed (without importing it), the adapter package that serves it and
+find the framework installed (the module Python would import, without importing it), the adapter package that serves it and
 what the package exports from it, how to tell a config written for it, the config lines its
 messages name (:class:`~mmdet3d_ddp_guard.messages.config_lines.ConfigLines`), where its
 training takes the seed from, and the words that differ. Everything else (``check``,
@@ -30,9 +30,10 @@ class Framework:
         adapter (str): The package's subpackage that adapts the guard to it.
         exports (tuple[str]): What ``mmdet3d_ddp_guard`` re-exports from the adapter.
         lines (ConfigLines): The config lines its messages name.
-        distributions (tuple): ``(distribution, below)`` pairs, in order: the framework is
-            installed when one of these distributions is, below version ``below`` (a
-            ``(major, minor)``; None: any version).
+        modules (tuple): ``(module, below)`` pairs, in order: the framework is installed
+            when Python would import one of these top-level modules (whichever distribution
+            put it there, or none), at a version below ``below`` (a ``(major, minor)``; None:
+            any version), read from the module's own files (:mod:`.frameworks`).
         written_for (callable): ``written_for(cfg)``, whether a config's top-level keys
             are this framework's.
         runner_types (tuple[str]): The ``runner = dict(type=...)`` of its configs, if any.
@@ -73,7 +74,7 @@ class Framework:
     adapter: str
     exports: Tuple[str, ...]
     lines: ConfigLines
-    distributions: Tuple[Tuple[str, Optional[Tuple[int, int]]], ...]
+    modules: Tuple[Tuple[str, Optional[Tuple[int, int]]], ...]
     written_for: Callable[[Mapping[str, Any]], bool]
     runner_types: Tuple[str, ...]
     seed_key: str
@@ -158,7 +159,8 @@ FRAMEWORKS: Tuple[Framework, ...] = (
             plain_norm=_PLAIN_NORM_CFG,
             runner_option='model_wrapper_cfg',
             accumulation_option='accumulative_counts'),
-        distributions=(('mmengine', None), ),
+        # mmengine, mmengine-lite and onedl-mmengine all install the module mmengine.
+        modules=(('mmengine', None), ),
         written_for=_written_for_mmengine,
         runner_types=(),
         seed_key='randomness.seed',
@@ -219,8 +221,9 @@ FRAMEWORKS: Tuple[Framework, ...] = (
             where='in your config',
             find_the_branch=_CHECK_THE_BRANCH,
             plain_norm=_PLAIN_NORM_CFG),
-        # mmcv below 2.0 is mmcv-full's lite build.
-        distributions=(('mmcv-full', None), ('mmcv', (2, 0))),
+        # mmcv-full and its lite build mmcv 1.x install the module mmcv; from 2.0 it is
+        # MMEngine's.
+        modules=(('mmcv', (2, 0)), ),
         written_for=_written_for_mmcv1,
         runner_types=_MMCV1_RUNNERS,
         seed_key='seed',
@@ -277,7 +280,7 @@ FRAMEWORKS: Tuple[Framework, ...] = (
             where='in your code',
             find_the_branch=_LOG_THE_BRANCH,
             plain_norm=_PLAIN_NORM),
-        distributions=(('torch', None), ),
+        modules=(('torch', None), ),
         written_for=lambda cfg: False,
         runner_types=(),
         seed_key='',
@@ -321,7 +324,7 @@ FRAMEWORKS: Tuple[Framework, ...] = (
             find_the_branch=_LOG_THE_BRANCH,
             plain_norm=_PLAIN_NORM),
         # The unified package first: its lightning.pytorch is the same code.
-        distributions=(('lightning', None), ('pytorch-lightning', None)),
+        modules=(('lightning', None), ('pytorch_lightning', None)),
         written_for=lambda cfg: False,
         runner_types=(),
         seed_key='',

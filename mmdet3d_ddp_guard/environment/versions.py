@@ -15,14 +15,18 @@ message that names it:
   known reason;
 - a framework below its row's ``minimum`` (:mod:`.framework_table`: MMEngine below what
   mmdet3d 1.4 itself requires, mmcv-full below the oldest the research codebases pin) is
-  refused by :func:`check_framework`, which its adapter calls.
+  refused by :func:`check_framework`, which its adapter calls, naming where Python imported
+  it from.
 
-Each check takes version strings, so that this module imports no framework.
+Each check takes version strings (or the module its adapter imported), so that this module
+imports no framework.
 """
+import os.path as osp
 import sys
 import warnings
 from typing import Collection, Optional, Tuple
 
+from ..messages.framework_found import framework_too_old_at
 from .framework_table import FRAMEWORKS, Framework, rows_of
 from .frameworks import installed_frameworks
 from .version_numbers import major_minor
@@ -87,11 +91,14 @@ def check_torch(torch_version: str,
             'fails, please report it with this version.', stacklevel=3)
 
 
-def check_framework(framework: Framework, version: str) -> None:
-    """Refuses ``framework`` (a row of the table) at ``version`` below its ``minimum``; its
+def check_framework(framework: Framework, module) -> None:
+    """Refuses ``framework`` (a row of the table) where ``module``, its imported package,
+    says a version below the row's ``minimum``, naming where Python imported it from; its
     adapter calls it when it is imported."""
-    if major_minor(version) < framework.minimum:
-        raise RuntimeError(framework.too_old.format(version=version))
+    if major_minor(module.__version__) < framework.minimum:
+        raise RuntimeError(framework_too_old_at(
+            framework.too_old.format(version=module.__version__), module.__name__,
+            osp.dirname(module.__file__)))
 
 
 def graph_search_accumulates_right(torch_version: str) -> bool:

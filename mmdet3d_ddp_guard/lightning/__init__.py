@@ -10,7 +10,7 @@ from ..environment.framework_table import LIGHTNING, framework
 from ..environment.versions import check_framework
 from .lightning_package import lightning_package
 
-check_framework(framework(LIGHTNING), lightning_package().__version__)
+check_framework(framework(LIGHTNING), lightning_package())
 
 from .guarded_ddp_strategy import GuardedDDPStrategy  # noqa: E402
 

@@ -15,7 +15,7 @@ from ..environment.framework_table import MMCV1, framework
 from ..environment.versions import check_framework
 
 # Before the modules below, so that an unsupported mmcv-full gets this message, not theirs.
-check_framework(framework(MMCV1), mmcv.__version__)
+check_framework(framework(MMCV1), mmcv)
 
 from . import import_changes  # noqa: E402
 from .guarded_mmcv_ddp import GuardedMMDistributedDataParallel  # noqa: E402

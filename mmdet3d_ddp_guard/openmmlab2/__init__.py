@@ -15,7 +15,7 @@ from ..environment.framework_table import MMENGINE, framework
 from ..environment.versions import check_framework
 
 # Before the modules below, so that an unsupported MMEngine gets this message, not theirs.
-check_framework(framework(MMENGINE), mmengine.__version__)
+check_framework(framework(MMENGINE), mmengine)
 
 from . import import_changes  # noqa: E402
 from .cpu_launch import CPUCompatibleMMDDP  # noqa: E402

@@ -14,7 +14,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # openmmlab1 and pytorch run first, with --ci-first, and are never left out (the suite gives
 # way).
 FIRST_LEGS = ['openmmlab1', 'pytorch']
-CI_LEGS = ['torch1.9', 'torch2.14', 'torch1.13', 'torch2.1']
+CI_LEGS = ['torch1.9', 'torch2.14', 'torch1.13', 'torch2.1', 'mmengine_forms']
 
 
 def test_ci_legs_past_the_deadline_are_left_out_loudly_in_priority_order():
