@@ -194,8 +194,11 @@ def allreduce_with_unused_counts(state: UnusedCountsState, bucket: dist.GradBuck
     # into its bucket: one pass over the bucket, where a new average and a concatenation
     # were two more (4 % of a GPT-2 step on a CPU, whose last bucket holds the embedding).
     combined = state.reusable(length + local.numel(), buffer.device, buffer.dtype)
-    torch.mul(buffer, 1.0 / world_size, out=combined[:length])
-    combined[length:].copy_(local)
+    # Without autograd, as DDP's reducer fills its buckets: under backward(create_graph=True)
+    # the bucket requires grad, and an out= write refuses that.
+    with torch.no_grad():
+        torch.mul(buffer, 1.0 / world_size, out=combined[:length])
+        combined[length:].copy_(local)
 
     def split(fut):
         reduced = fut.value()[0]
