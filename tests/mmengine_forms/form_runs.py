@@ -34,7 +34,10 @@ def train(rank: int, world_size: int, work_dir: str, pattern: str, lines: dict):
 
     import tests.toys  # noqa: F401  (registers ToyDetector and ToyDataset)
     from tests.scenarios import toy_runner_cfg
-    cfg = toy_runner_cfg(f'{work_dir}/rank{rank}', pattern, hook=False, **lines)
+    # One seed for every run: the Runner draws one otherwise, and the runs compared must
+    # start from the same weights and data.
+    cfg = toy_runner_cfg(f'{work_dir}/rank{rank}', pattern, hook=False,
+                         randomness=dict(seed=0), **lines)
     runner = Runner.from_cfg(Config(cfg))
     runner.train()
     model = runner.model.module
