@@ -109,7 +109,8 @@ MMENGINE_FORMS_TESTS=(tests/mmengine_forms)
 PYTORCH_TESTS=(tests/test_layout.py tests/test_import_changes.py
   tests/pytorch/test_plain_loop.py::test_the_package_imports_with_torch_alone_and_loads_no_framework
   tests/pytorch/test_plain_loop.py::test_trains_as_the_graph_search_on_every_rank
-  tests/pytorch/test_plain_report.py tests/trainers)
+  tests/pytorch/test_plain_report.py tests/trainers
+  'tests/tooling/test_benchmarks_run.py::test_benchmark_runs_at_its_smallest_size[bench_trainers]')
 
 STORE=${DDP_GUARD_VENV_STORE:-$HOME/.cache/mmdet3d_ddp_guard}
 
@@ -303,10 +304,11 @@ for leg in "${LEGS[@]}"; do
   if [[ " ${PLAIN_LEGS[*]} " == *" $name "* ]]; then tests+=("${PLAIN_TESTS[@]}"); fi
   say "$name: ${#tests[@]} test files and tests"
   # From a copy of the tests, the demo's launcher and data writers they use (not installed),
+  # the benchmarks (the pytorch leg smoke-runs bench_trainers.py, whose packages only it has),
   # and the docs some of them check against (README.md's list of what importing the package
   # changes), so that `import mmdet3d_ddp_guard` finds the installed package, not the checkout.
   workdir=$(mktemp -d)
-  cp -r tests demo docs pytest.ini README.md "$workdir/"
+  cp -r tests demo docs benchmarks pytest.ini README.md "$workdir/"
   if (cd "$workdir" && DDP_GUARD_EXPECT_INSTALLED=1 DDP_GUARD_SPARSE_ADAPTERS=$sparse_adapters \
       DDP_GUARD_MMENGINE_FORMS=$mmengine_forms \
       DDP_GUARD_EXPECT_MMDET3D_0X=$expect_mmdet3d_0x \

@@ -157,6 +157,15 @@ def check_real_models(output: str, tmp_path: Path) -> None:
     assert table == ['PointPillars (KITTI)'], output[-3000:]
 
 
+def check_trainers(output: str, tmp_path: Path) -> None:
+    settings = re.findall(r'^(loop|hf|lightning): GPT-2 1 layers, 1 interleaved rounds of 1 '
+                          r'steps, median step:$', output, re.MULTILINE)
+    assert settings == ['loop', 'hf', 'lightning'], output[-3000:]
+    rows = re.findall(r"^  (plain DDP|graph search|guard 'auto'|plain \+ hook) +[\d.]+ ms +"
+                      r'[\d.]+x plain DDP +[\d.]+x the graph search$', output, re.MULTILINE)
+    assert len(rows) == 4 + 3 + 3, output[-3000:]
+
+
 def check_zoo(output: str, tmp_path: Path) -> None:
     assert re.search(r'^Classified \d+ configs: 0 pending, 0 ok, 1 skipped, 0 limitation, '
                      r'0 error$', output, re.MULTILINE), output[-3000:]
@@ -220,6 +229,12 @@ BENCHMARK_RUNS = {
         lambda tmp: [_script('bench_real_models.py'), '--models', 'pointpillars', '--iters',
                      '2', '--repetitions', '1'],
         check_real_models, timeout=400, needs=('mmengine', 'mmdet3d')),
+    # The trainers' packages are in the pytorch leg's venv only, which runs this case.
+    'bench_trainers': Benchmark(
+        'bench_trainers.py',
+        lambda tmp: torchrun(2) + [_script('bench_trainers.py'), '--layers', '1', '--rounds',
+                                   '1', '--steps', '1'],
+        check_trainers, timeout=240, needs=('transformers', 'lightning')),
     'zoo': Benchmark(
         'zoo.py',
         lambda tmp: [_script('zoo.py'), '--classify', '--only', f'^{re.escape(ZOO_CONFIG)}$',
