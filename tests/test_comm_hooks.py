@@ -9,6 +9,7 @@ import torch
 
 from mmdet3d_ddp_guard.environment.ddp_compat import STATIC_GRAPH_ARGUMENT
 from mmdet3d_ddp_guard.environment.frameworks import installed_frameworks
+from mmdet3d_ddp_guard.environment.version_numbers import major_minor
 from tests.comm_hook_contract import (ITERATIONS, RUNS, SECOND_HOOK_ERRORS,
                                       power_sgd_under_either_layout, train_every_run)
 from tests.dist_utils import run_distributed
@@ -89,6 +90,11 @@ def test_a_second_hook_is_refused_as_ddp_refuses_it(trained):
 
 
 @pytest.mark.skipif('torch' not in installed_frameworks(), reason='torch alone is enough')
+# torch 1.9's PowerSGD on gloo hung here once (fresh CI, 2026-12-06: rank 0 finished, rank 1
+# never did in 258 s); this is DDP alone, no guard, and torch >= 1.13 runs it in the suite
+# and the legs.
+@pytest.mark.skipif(major_minor(torch.__version__) < (1, 13),
+                    reason="torch 1.9's PowerSGD on gloo can hang: DDP's own behaviour")
 def test_what_the_bucket_layout_does_to_powerSGD_without_the_guard():
     """DDP's fast path and its graph search, both with PowerSGD and every parameter used:
     with HookNet's layer order (ready order = registration order) every parameter agrees;
