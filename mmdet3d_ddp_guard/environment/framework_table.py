@@ -127,6 +127,11 @@ _PLAIN_NORM_CFG = "norm_cfg=dict(type='BN')"
 _LOG_THE_BRANCH = ('log which batches take the branch, on which rank (a plain loop has no '
                    'config for `check` to simulate)')
 _PLAIN_NORM = 'nn.BatchNorm2d or nn.GroupNorm in place of the synchronised layer'
+#: The fields of a framework whose trainings have no config (a loop, a trainer): no config is
+#: written for it, no runner type, no seed key, and the guard is more than an import line.
+_NO_CONFIG: Dict[str, Any] = dict(written_for=lambda cfg: False, runner_types=(), seed_key='',
+                                  seed_set_by_train_script=False, guard_is_import_line=False,
+                                  reads_configs=False)
 #: ``norm_cfg`` types that build a layer with a collective in its forward, as mmcv and
 #: mmdet3d register them ('SyncBN' is torch's SyncBatchNorm).
 _SYNC_NORM_CFG_TYPES = ('SyncBN', 'MMSyncBN', 'naiveSyncBN1d', 'naiveSyncBN2d')
@@ -281,18 +286,13 @@ FRAMEWORKS: Tuple[Framework, ...] = (
             find_the_branch=_LOG_THE_BRANCH,
             plain_norm=_PLAIN_NORM),
         modules=(('torch', None), ),
-        written_for=lambda cfg: False,
-        runner_types=(),
-        seed_key='',
-        seed_set_by_train_script=False,
-        guard_is_import_line=False,
         without_the_guard=("build torch's DistributedDataParallel(model, "
                            'find_unused_parameters=True) in place of GuardedDDP(model)'),
         # The torch floor is check_torch's (environment/versions.py), for every framework.
         minimum=(1, 9),
         too_old='mmdet3d_ddp_guard needs torch >= 1.9, but torch {version} is installed.',
         to_install='torch (a plain PyTorch loop: mmdet3d_ddp_guard.pytorch.GuardedDDP)',
-        reads_configs=False,
+        **_NO_CONFIG,
         without_a_config=(
             'A plain PyTorch loop has no config for `check` to simulate. Train it under '
             'mmdet3d_ddp_guard.pytorch.GuardedDDP, which trains on where plain DDP would fail '
@@ -325,11 +325,6 @@ FRAMEWORKS: Tuple[Framework, ...] = (
             plain_norm=_PLAIN_NORM),
         # The unified package first: its lightning.pytorch is the same code.
         modules=(('lightning', None), ('pytorch_lightning', None)),
-        written_for=lambda cfg: False,
-        runner_types=(),
-        seed_key='',
-        seed_set_by_train_script=False,
-        guard_is_import_line=False,
         without_the_guard=('pass Trainer(strategy=DDPStrategy(find_unused_parameters=True)) '
                            'in place of GuardedDDPStrategy()'),
         # DDPStrategy's _setup_model and pre_backward, which the adapter overrides, are 2.x's;
@@ -339,7 +334,7 @@ FRAMEWORKS: Tuple[Framework, ...] = (
                  "Lightning {version} is installed: pip install -U 'lightning>=2.0', or pass "
                  'Trainer(strategy=DDPStrategy(find_unused_parameters=True)) instead.'),
         to_install="PyTorch Lightning (pip install 'lightning>=2.0')",
-        reads_configs=False,
+        **_NO_CONFIG,
         without_a_config=(
             'A Lightning training has no config for `check` to simulate. Train it with '
             'Trainer(strategy=GuardedDDPStrategy()) (mmdet3d_ddp_guard.lightning), which '
