@@ -17,7 +17,7 @@ PROBE = 'import mmdet3d_ddp_guard; print(mmdet3d_ddp_guard.FRAMEWORKS)'
 
 def _import_with(path, code=PROBE):
     return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                          timeout=120, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
                               [str(path), os.getcwd()])))
 
 
