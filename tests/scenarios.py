@@ -4,7 +4,7 @@ import gc
 import re
 import threading
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -286,39 +286,47 @@ def _group_with_collective_counter():
     return group
 
 
-def collectives_beyond_ddp_buckets(rank: int, world_size: int, pattern: str,
+def collectives_beyond_ddp_buckets(rank: int, world_size: int, patterns: Sequence[str],
                                    steps: int = 6, stall_timeout: float = 1.0,
-                                   seconds: float = 10.0) -> List[Tuple[int, int, int]]:
-    """Per iteration (after DDP's bucket rebuild in iterations 0 and 1): how many
-    collectives GuardedDDP('auto') issued on the process group beyond DDP's own bucket
-    all-reduces, read from the group's own sequence number (gloo counts every collective);
-    how many keys the default c10d store gained; and how many store operations the stall
-    watchdog made (its thread running, with ``stall_timeout`` 1 s: a rank that paused that
-    long would judge). Trains at least ``steps`` iterations and ``seconds`` seconds."""
+                                   seconds: float = 10.0) -> Dict[str, List[Tuple[int, int, int]]]:
+    """For each pattern in turn, a GuardedDDP('auto') of its own, and per iteration (after
+    DDP's bucket rebuild in iterations 0 and 1): how many collectives it issued on the process
+    group beyond DDP's own bucket all-reduces, read from the group's own sequence number (gloo
+    counts every collective); how many keys the default c10d store gained; and how many store
+    operations the stall watchdog made (its thread running, with ``stall_timeout`` 1 s: a rank
+    that paused that long would judge). Each pattern trains at least ``steps`` iterations, the
+    first also at least ``seconds`` seconds (one launch for every pattern: a watchdog that
+    judged a healthy run shows within a few stall timeouts, and a second long window would
+    only repeat the first)."""
     group = _group_with_collective_counter()
     store = dist.distributed_c10d._get_default_store()
-    torch.manual_seed(0)
-    ddp = GuardedDDP(ToyDetector(pattern, depth=3), bucket_cap_mb=1e-4,
-                     stall_timeout=stall_timeout)
-    if not any(thread.name == 'mmdet3d_ddp_guard-stall-watchdog'
-               for thread in threading.enumerate()):
-        raise RuntimeError('the stall watchdog is not running')
-    optim_wrapper = build_optim_wrapper(ddp, 'sgd')
-    extra = []
-    started = time.monotonic()
-    iteration = 0
-    # Every rank trains as many iterations as rank 0, which decides when it has run long.
-    while not _rank_0_says(iteration >= steps and time.monotonic() - started >= seconds):
-        before = group._get_sequence_number_for_group()
-        keys_before = store.num_keys()
-        store_operations = ddp.stall_watchdog.store_operations
-        ddp.train_step(make_toy_batch(iteration, rank), optim_wrapper)
-        if iteration >= 2:
-            buckets = len(ddp._get_ddp_logging_data()['rebuilt_bucket_sizes'].split(','))
-            extra.append((group._get_sequence_number_for_group() - before - buckets,
-                          store.num_keys() - keys_before,
-                          ddp.stall_watchdog.store_operations - store_operations))
-        iteration += 1
+    extra: Dict[str, List[Tuple[int, int, int]]] = {}
+    for pattern in patterns:
+        torch.manual_seed(0)
+        ddp = GuardedDDP(ToyDetector(pattern, depth=3), bucket_cap_mb=1e-4,
+                         stall_timeout=stall_timeout)
+        if not any(thread.name == 'mmdet3d_ddp_guard-stall-watchdog'
+                   for thread in threading.enumerate()):
+            raise RuntimeError('the stall watchdog is not running')
+        optim_wrapper = build_optim_wrapper(ddp, 'sgd')
+        extra[pattern] = []
+        long_enough = seconds if pattern == patterns[0] else 0.0
+        started = time.monotonic()
+        iteration = 0
+        # Every rank trains as many iterations as rank 0, which decides when it has run long.
+        while not _rank_0_says(iteration >= steps
+                               and time.monotonic() - started >= long_enough):
+            before = group._get_sequence_number_for_group()
+            keys_before = store.num_keys()
+            store_operations = ddp.stall_watchdog.store_operations
+            ddp.train_step(make_toy_batch(iteration, rank), optim_wrapper)
+            if iteration >= 2:
+                buckets = len(ddp._get_ddp_logging_data()['rebuilt_bucket_sizes'].split(','))
+                extra[pattern].append(
+                    (group._get_sequence_number_for_group() - before - buckets,
+                     store.num_keys() - keys_before,
+                     ddp.stall_watchdog.store_operations - store_operations))
+            iteration += 1
     # Rank 0's process hosts the store: it must not leave while another rank still reads.
     dist.barrier()
     return extra

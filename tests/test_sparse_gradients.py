@@ -29,9 +29,10 @@ from tests.test_ddp_contract import _assert_same
 
 pytestmark = pytest.mark.timeout(400)
 
-#: The torch legs of the version matrix test one adapter here (tools/version_matrix.sh sets
-#: DDP_GUARD_SPARSE_ADAPTERS): the sparse handling is the guard's, the same under every
-#: adapter, and each adapter's wiring runs in the suite (and mmcv's in the openmmlab1 leg).
+#: The legs of the version matrix test one adapter here (tools/version_matrix.sh sets
+#: DDP_GUARD_SPARSE_ADAPTERS: MMEngine's in the torch legs, mmcv's in the openmmlab1 leg):
+#: the sparse handling is the guard's, the same under every adapter, and each adapter's
+#: wiring runs in the suite (mmcv's in the openmmlab1 leg).
 ADAPTERS = [name for name, framework in (('mmengine', 'mmengine'), ('mmcv', 'mmcv-full'),
                                          ('pytorch', 'torch'))
             if framework in installed_frameworks()

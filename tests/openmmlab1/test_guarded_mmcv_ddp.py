@@ -9,8 +9,10 @@ import re
 import pytest
 import torch
 
+from demo.launch import free_port
 from tests.openmmlab1.branch_detector import REFINER_PARAMS
-from tests.openmmlab1.launch import CONFIGS, MMDET_TRAIN, PLUGIN_CONFIGS, PLUGIN_TRAIN, train
+from tests.openmmlab1.launch import (CONFIGS, MMDET_TRAIN, PLUGIN_CONFIGS, PLUGIN_TRAIN,
+                                     stderr_by_rank, train)
 from tests.timeouts import scaled
 
 pytestmark = pytest.mark.timeout(400)
@@ -100,26 +102,33 @@ def test_train_detector_trains_like_the_graph_search(data_root, tmp_path):
 
 def test_false_written_is_the_strict_fast_path_every_rank_names_the_parameters(data_root,
                                                                                tmp_path):
-    run = _run(data_root, tmp_path, _config(tmp_path, 'strict', 'find_unused_parameters = False'),
-               'strict')
+    # Each rank's stderr in a file of its own: two ranks that raise at once interleave their
+    # tracebacks in torchrun's shared stderr (seen in CI, 2026-12-02, -04 and -06, the last
+    # unbuffered: the class and its ': ' come in separate writes).
+    log_dir = str(tmp_path / 'rank_logs')
+    run = train(MMDET_TRAIN, _config(tmp_path, 'strict', 'find_unused_parameters = False'),
+                str(tmp_path / 'strict'), data_root, timeout=scaled(180),
+                torchrun_args=[f'--master_port={free_port()}', '--redirects', '2',
+                               '--log_dir', log_dir])
     assert run.returncode != 0 and not run.timed_out, run.output[-3000:]
-    assert _decision(run.output).startswith(
+    stderr = stderr_by_rank(log_dir)
+    assert sorted(stderr) == [0, 1], (run.output[-3000:], stderr)
+    assert _decision(stderr[0]).startswith(
         "mode='strict' (requested find_unused_parameters=False, from config top-level")
-    # One traceback per rank, the same words. The ranks share torchrun's stderr: two ranks
-    # ending at once could interleave their tracebacks (seen in CI, 2026-12-02 and -04,
-    # before launch.train ran them unbuffered), so the class and the message are counted
-    # apart.
-    assert run.output.count('UnusedParametersError: ') == 2, run.output[-4000:]
-    errors = re.findall(r'MMDistributedDataParallel \(guarded by mmdet3d_ddp_guard\): '
-                        r'parameters received no gradient[^\n]*', run.output)
+    # One traceback per rank, the same words, naming the parameters and the fix in mmcv
+    # 1.x's words: the key its training scripts read, no MMEngine line.
+    errors = []
+    for rank, text in stderr.items():
+        assert text.count('UnusedParametersError: ') == 1, (rank, text[-4000:])
+        errors += re.findall(r'MMDistributedDataParallel \(guarded by mmdet3d_ddp_guard\): '
+                             r'parameters received no gradient[^\n]*', text)
+        for name in REFINER_PARAMS:
+            assert name in text, (rank, name)
+        assert 'RuntimeError: Expected to have finished reduction' not in text
+        assert "Fix: let the guard handle them, in your config:\n    find_unused_parameters " \
+            "= 'auto'\nin place of `find_unused_parameters = False`" in text, (rank, text)
+        assert 'model_wrapper_cfg' not in text and 'GuardedDDP' not in text
     assert len(errors) == 2 and len(set(errors)) == 1, errors
-    for name in REFINER_PARAMS:
-        assert name in run.output
-    assert 'RuntimeError: Expected to have finished reduction' not in run.output
-    # The fix in mmcv 1.x's words: the key its training scripts read, no MMEngine line.
-    assert "Fix: let the guard handle them, in your config:\n    find_unused_parameters = " \
-        "'auto'\nin place of `find_unused_parameters = False`" in run.output
-    assert 'model_wrapper_cfg' not in run.output and 'GuardedDDP' not in run.output
 
 
 def test_reentrant_checkpointing_trains_as_plain_mmcv_ddp(data_root, tmp_path):
