@@ -7,6 +7,9 @@ Run under torchrun (2 gloo ranks, one thread each, on the CPU) where transformer
     .venvs/pytorch/bin/python -m torch.distributed.run --nproc_per_node 2 \\
         benchmarks/bench_trainers.py
 
+On GPUs, one rank per GPU with NCCL (``benchmarks/device_check.sh`` runs it so): ``--device
+cuda``; a step's time then ends when the GPU has finished it (``torch.cuda.synchronize``).
+
 The model is transformers' ``GPT2LMHeadModel`` built from its config (``--layers`` layers,
 n_embd 256, 4 heads, a 2048-token vocabulary), trained on 4x64 tokens with AdamW; it has no
 unused parameter, so plain DDP trains it and every difference is a wrapper's own cost. Three
@@ -28,6 +31,7 @@ rounds of the median step of a round), in each of:
 Rank 0 prints each setting's median step and its ratio to plain DDP and to the graph search.
 """
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -52,39 +56,51 @@ def gpt2(layers: int):
     return model.train()
 
 
+def clock(device: torch.device) -> float:
+    """Seconds, once ``device`` has finished the work queued on it (a CUDA step ends on the
+    GPU, not when the host has queued it)."""
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 def tokens(rank: int, step: int) -> torch.Tensor:
     return torch.randint(2048, (4, 64), generator=torch.Generator().manual_seed(rank * 1000
                                                                                 + step))
 
 
-def loop_round(layers: int, steps: int) -> Callable[[str], List[float]]:
+def loop_round(layers: int, steps: int,
+               device: torch.device) -> Callable[[str], List[float]]:
     """The plain loop's wrappers, built once; a round of ``steps`` steps of one of them."""
     from mmdet3d_ddp_guard.pytorch import GuardedDDP
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+    placement = dict(device_ids=[device.index]) if device.type == 'cuda' else {}
+
     def plain_with_python_hook(model):
-        wrapper = DistributedDataParallel(model)
+        wrapper = DistributedDataParallel(model, **placement)
         wrapper.register_comm_hook(None, default_hooks.allreduce_hook)
         return wrapper
-    build = {PLAIN: lambda m: DistributedDataParallel(m),
-             SEARCH: lambda m: DistributedDataParallel(m, find_unused_parameters=True),
-             GUARDED: lambda m: GuardedDDP(m, stall_timeout=None),
+    build = {PLAIN: lambda m: DistributedDataParallel(m, **placement),
+             SEARCH: lambda m: DistributedDataParallel(m, find_unused_parameters=True,
+                                                       **placement),
+             GUARDED: lambda m: GuardedDDP(m, stall_timeout=None, **placement),
              PLAIN_PYTHON_HOOK: plain_with_python_hook}
     runs = {}
     for name, wrap in build.items():
-        model = wrap(gpt2(layers))
+        model = wrap(gpt2(layers).to(device))
         runs[name] = (model, torch.optim.AdamW(model.parameters(), lr=1e-4))
 
     def one_round(name: str) -> List[float]:
         model, optimizer = runs[name]
         times = []
         for step in range(steps):
-            ids = tokens(dist.get_rank(), step)
-            start = time.perf_counter()
+            ids = tokens(dist.get_rank(), step).to(device)
+            start = clock(device)
             model(input_ids=ids, labels=ids).loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            times.append(time.perf_counter() - start)
+            times.append(clock(device) - start)
         return times
     return one_round
 
@@ -101,7 +117,7 @@ class _Tokens(torch.utils.data.Dataset):
         return dict(input_ids=ids, labels=ids)
 
 
-def hf_round(layers: int, steps: int) -> Callable[[str], List[float]]:
+def hf_round(layers: int, steps: int, device: torch.device) -> Callable[[str], List[float]]:
     """A new Hugging Face Trainer per round, on ``steps`` steps of 4x64 tokens per rank."""
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
@@ -112,16 +128,17 @@ def hf_round(layers: int, steps: int) -> Callable[[str], List[float]]:
             self.times, self.start = [], 0.0
 
         def on_step_begin(self, args, state, control, **kwargs):
-            self.start = time.perf_counter()
+            self.start = clock(device)
 
         def on_step_end(self, args, state, control, **kwargs):
-            self.times.append(time.perf_counter() - self.start)
+            self.times.append(clock(device) - self.start)
 
     def one_round(name: str) -> List[float]:
         recorder = StepTimes()
         with tempfile.TemporaryDirectory() as out:
             arguments = TrainingArguments(
-                output_dir=out, use_cpu=True, ddp_backend='gloo', per_device_train_batch_size=4,
+                output_dir=out, use_cpu=device.type == 'cpu', ddp_backend=dist.get_backend(),
+                per_device_train_batch_size=4,
                 max_steps=steps, learning_rate=1e-4, report_to=[], save_strategy='no',
                 logging_strategy='no', disable_tqdm=True, seed=0, dataloader_num_workers=0,
                 ddp_find_unused_parameters=False if name == PLAIN else None)
@@ -136,7 +153,8 @@ def hf_round(layers: int, steps: int) -> Callable[[str], List[float]]:
     return one_round
 
 
-def lightning_round(layers: int, steps: int) -> Callable[[str], List[float]]:
+def lightning_round(layers: int, steps: int,
+                    device: torch.device) -> Callable[[str], List[float]]:
     """A new Lightning Trainer per round, on ``steps`` batches of 4x64 tokens per rank."""
     import lightning.pytorch as pl
 
@@ -158,10 +176,10 @@ def lightning_round(layers: int, steps: int) -> Callable[[str], List[float]]:
             self.times, self.start = [], 0.0
 
         def on_train_batch_start(self, trainer, module, batch, index):
-            self.start = time.perf_counter()
+            self.start = clock(device)
 
         def on_train_batch_end(self, trainer, module, outputs, batch, index):
-            self.times.append(time.perf_counter() - self.start)
+            self.times.append(clock(device) - self.start)
 
     strategies = {PLAIN: lambda: pl.strategies.DDPStrategy(),
                   SEARCH: lambda: pl.strategies.DDPStrategy(find_unused_parameters=True),
@@ -171,7 +189,8 @@ def lightning_round(layers: int, steps: int) -> Callable[[str], List[float]]:
         recorder = StepTimes()
         loader = torch.utils.data.DataLoader(
             [tokens(dist.get_rank(), step)[0] for step in range(4 * steps)], batch_size=4)
-        trainer = pl.Trainer(accelerator='cpu', devices=dist.get_world_size(),
+        trainer = pl.Trainer(accelerator='gpu' if device.type == 'cuda' else 'cpu',
+                             devices=dist.get_world_size(),
                              strategy=strategies[name](), max_steps=steps, logger=False,
                              enable_checkpointing=False, enable_progress_bar=False,
                              enable_model_summary=False, use_distributed_sampler=False,
@@ -179,6 +198,12 @@ def lightning_round(layers: int, steps: int) -> Callable[[str], List[float]]:
         trainer.fit(LanguageModel(), loader)
         return recorder.times
     return one_round
+
+
+def describe(device: torch.device) -> str:
+    if device.type == 'cuda':
+        return f'cuda ({torch.cuda.get_device_name(device)})'
+    return 'cpu'
 
 
 SETTINGS = {'loop': loop_round, 'hf': hf_round, 'lightning': lightning_round}
@@ -190,11 +215,19 @@ def main():
     parser.add_argument('--layers', type=int, default=6)
     parser.add_argument('--rounds', type=int, default=12)
     parser.add_argument('--steps', type=int, default=5)
+    parser.add_argument('--device', choices=('cpu', 'cuda'), default='cpu',
+                        help='cuda: one rank per GPU, NCCL')
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group('gloo')
+    if args.device == 'cuda':
+        device = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0)))
+        torch.cuda.set_device(device)
+        dist.init_process_group('nccl')
+    else:
+        device = torch.device('cpu')
+        torch.set_num_threads(1)
+        dist.init_process_group('gloo')
     for setting in args.trainers:
-        one_round = SETTINGS[setting](args.layers, args.steps)
+        one_round = SETTINGS[setting](args.layers, args.steps, device)
         names = (PLAIN, SEARCH, GUARDED) + ((PLAIN_PYTHON_HOOK, ) if setting == 'loop' else ())
         for name in names:  # warm-up
             one_round(name)
@@ -206,7 +239,8 @@ def main():
         if dist.get_rank() == 0:
             step = {name: statistics.median(values) for name, values in medians.items()}
             print(f'{setting}: GPT-2 {args.layers} layers, {args.rounds} interleaved rounds of '
-                  f'{args.steps} steps, median step:', flush=True)
+                  f'{args.steps} steps, {dist.get_world_size()} ranks, {dist.get_backend()}, '
+                  f'{describe(device)}, torch {torch.__version__}; median step:', flush=True)
             for name, seconds in step.items():
                 print(f'  {name:14s} {seconds * 1000:7.1f} ms  {seconds / step[PLAIN]:.3f}x plain '
                       f'DDP  {seconds / step[SEARCH]:.3f}x the graph search', flush=True)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA checks, for a machine with a CUDA GPU and torch but no OpenMMLab packages: the
 # pure-Python wheels it installs travel in .whl/ (docs/performance.md#measuring-on-a-gpu says
-# how to fill it and run this). Sized for one H200 inside 8 minutes: each step has its own
-# time limit (the limits add up to 7 min 30 s) and writes its output under $OUT while it
-# runs, so a step cut short keeps what it printed; summary.txt gets a line per step as it
+# how to fill it and run this). Sized for one H200 inside 10 minutes (one device call):
+# each step has its own time limit (the limits add up to 9 min) and writes its output under
+# $OUT while it runs, so a step cut short keeps what it printed; summary.txt gets a line per step as it
 # ends. At most 4 ranks train at once (16 processes started together there once sat for
 # 9 minutes without output). The steps, most wanted first:
 #   1. the fast path's sync check (tests/test_cuda_fast_path.py: NCCL, world size 1);
@@ -11,6 +11,9 @@
 #      blocks, bf16 autocast, NCCL at world size 1, then torch.profiler's operator table of
 #      every wrapper (the chain of 1500 blocks took the step past its limit: on the GPU
 #      those small layers cost a kernel launch each, 37 ms a step at 100 blocks);
+#   2b. GPT-2 in a plain loop and under the trainers (benchmarks/bench_trainers.py, NCCL at
+#      world size 1), where this Python has transformers: the .whl folder does not carry
+#      it (its tokenizers and safetensors are compiled for one Python);
 #   3. torch's own SyncBatchNorm on NCCL through the stall guard's record
 #      (benchmarks/nccl_sync_bn_record.py; on 2 GPUs or more also a SyncBatchNorm in a branch
 #      one rank skips, ended and named by the stall guard);
@@ -96,6 +99,24 @@ step tests_cuda_fast_path 60 "${PYTEST[@]}" tests/test_cuda_fast_path.py
 step bench_step_time 180 "$PYTHON" -m torch.distributed.run --nproc_per_node 1 \
   benchmarks/bench_step_time.py --device "$DEVICE" --backend "$BACKEND" $BENCH_SIZE \
   --out "$OUT/bench_step_time.json" --profile-out "$OUT/bench_profile.txt"
+# GPT-2 in a plain loop, and under the Hugging Face Trainer and Lightning where this Python
+# has them (benchmarks/bench_trainers.py; a setting whose packages are missing is left out).
+TRAINERS=$("$PYTHON" -c "
+import importlib.util as u
+have = lambda *names: all(u.find_spec(name) for name in names)
+print(' '.join(setting for setting, packages in (('loop', ['transformers']),
+      ('hf', ['transformers', 'accelerate']), ('lightning', ['transformers', 'lightning']))
+      if have(*packages)))")
+if [ -z "$TRAINERS" ]; then
+  skipped bench_trainers "transformers is not installed here"
+elif [ "$SMOKE" = 1 ]; then
+  step bench_trainers 120 "$PYTHON" -m torch.distributed.run --nproc_per_node 1 \
+    benchmarks/bench_trainers.py --device "$DEVICE" --trainers $TRAINERS --layers 1 \
+    --rounds 1 --steps 1
+else
+  step bench_trainers 90 "$PYTHON" -m torch.distributed.run --nproc_per_node 1 \
+    benchmarks/bench_trainers.py --device "$DEVICE" --trainers $TRAINERS --rounds 8 --steps 5
+fi
 if [ "$CUDA" = 1 ]; then
   GPUS=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())")
   step nccl_sync_bn_record 45 "$PYTHON" -m torch.distributed.run --nproc_per_node "$GPUS" \
