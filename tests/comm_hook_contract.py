@@ -27,7 +27,6 @@ Two things of DDP's own shape the runs:
   (:func:`finished_first`), which fixes the order and changes no arithmetic. The guard issues
   its one collective of its own (the counts) before the hook issues any.
 """
-import gc
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple, Union
 
@@ -42,6 +41,7 @@ from mmdet3d_ddp_guard.environment.version_numbers import major_minor
 from mmdet3d_ddp_guard.guard.unused_counts_comm_hook import python_twin
 from tests.ddp_contract import (ContractModel, ContractNet, contract_batch, dense_copy,
                                 load_adapter, sgd_param_groups)
+from tests.dist_utils import collect_earlier_runs
 
 ITERATIONS = 6
 #: The issue's PowerSGD: compression from the third iteration (the buckets rebuilt by then).
@@ -156,7 +156,7 @@ def train_with_hook(adapter, run: Run, guarded: bool) -> Dict:
     """Trains :class:`HookNet` under ``adapter``'s guarded wrapper or its framework's own
     with the graph search, the hook registered as ``run`` says; returns what the test
     compares (an error as its text and the iteration that raised it)."""
-    gc.collect()  # the previous run's wrappers, and their stall guard
+    collect_earlier_runs()
     torch.manual_seed(0)
     model = adapter.model(HookNet())
     kwargs = dict(static_graph=True) if run.static_graph else {}
@@ -206,7 +206,7 @@ def second_registrations(adapter, guarded: bool, mode) -> Dict[str, str]:
     for first, second in (('allreduce_hook', 'fp16_compress_hook'),
                           ('builtin_FP16_COMPRESS', 'allreduce_hook'),
                           ('allreduce_hook', 'builtin_ALLREDUCE')):
-        gc.collect()
+        collect_earlier_runs()
         ddp = adapter.wrap(adapter.model(HookNet()), guarded,
                            mode if guarded else True)
         register(ddp, first, graph_search=not guarded, trains=False)
@@ -249,7 +249,7 @@ def power_sgd_under_either_layout(rank: int, world_size: int) -> Dict:
     for net in (ContractNet, HookNet):
         weights = []
         for graph_search in (False, True):
-            gc.collect()
+            collect_earlier_runs()
             torch.manual_seed(0)
             ddp = DistributedDataParallel(ContractModel(net()),
                                           find_unused_parameters=graph_search)

@@ -18,7 +18,6 @@ and optimizer state, and what it adds (an EMA copy, a loaded copy's output, val 
 which tests/test_ddp_contract.py compares bit for bit with the framework's own wrapper's.
 """
 import copy
-import gc
 import io
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional
@@ -27,7 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from tests.dist_utils import TRUSTED_LOAD
+from tests.dist_utils import TRUSTED_LOAD, collect_earlier_runs
 
 ITERATIONS = 6
 
@@ -248,7 +247,7 @@ def train_case(adapter, name: str, guarded: bool) -> Dict:
     """Trains ``CASES[name]`` under ``adapter``'s guarded wrapper or its framework's own,
     and returns what the test compares (or the error's text)."""
     case = CASES[name]
-    gc.collect()  # the previous case's wrappers, and their stall guard
+    collect_earlier_runs()
     torch.manual_seed(0)
     model = adapter.model(ContractNet(sparse=case.sparse and (guarded
                                                               or not case.own_wrapper_dense)))

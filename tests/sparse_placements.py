@@ -35,7 +35,6 @@ optimizer state bit for bit:
   cannot train it (``Expected sparse gradient to be defined`` on that rank, pytorch/pytorch
   #80496, while the others wait in the all-reduce), so it is not tried.
 """
-import gc
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
@@ -46,6 +45,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from mmdet3d_ddp_guard.environment.ddp_compat import bucket_buffer, bucket_index
 from tests.ddp_contract import dense_copy, load_adapter
+from tests.dist_utils import collect_earlier_runs
 
 ITERATIONS = 4
 VOCABULARY = 32
@@ -159,7 +159,7 @@ def _batch(case: Case, rank: int, iteration: int) -> Dict:
 def train(adapter, case: Case, wrapper: str) -> Dict:
     """``wrapper``: 'guarded' (sparse), 'own_sparse' or 'own_dense'. Returns every tensor
     the test compares, or the error's text."""
-    gc.collect()  # the previous case's wrappers, and their stall guard
+    collect_earlier_runs()
     option = OPTIONS[case.option]
     accumulate = option.get('accumulate', 1)
     torch.manual_seed(0)
