@@ -29,9 +29,17 @@ rounds of the median step of a round), in each of:
   ``on_train_batch_start`` to ``on_train_batch_end``.
 
 Rank 0 prints each setting's median step and its ratio to plain DDP and to the graph search.
+``--profile`` then runs one more round of each of the plain loop's wrappers under cProfile
+(every rank; it slows them, so the timing is done first), and rank 0 prints where the
+guard's own Python work and the comm hooks' go, per step (cumulative times; the profiler
+inflates small calls, so they are upper bounds).
 """
 import argparse
+import cProfile
+import io
 import os
+import pstats
+import re
 import statistics
 import tempfile
 import time
@@ -200,6 +208,36 @@ def lightning_round(layers: int, steps: int,
     return one_round
 
 
+#: The functions whose cumulative time the profile prints: the guard's, and the comm hooks'.
+PROFILED = 'mmdet3d_ddp_guard|ddp_comm_hooks'
+
+
+def profile_round(one_round: Callable[[str], List[float]], name: str, steps: int) -> None:
+    """One round of ``name`` under cProfile on every rank; rank 0 prints the :data:`PROFILED`
+    functions by cumulative time, in ms per step."""
+    profiler = cProfile.Profile()
+    dist.barrier()
+    profiler.enable()
+    one_round(name)
+    profiler.disable()
+    if dist.get_rank() != 0:
+        return
+    stats = pstats.Stats(profiler, stream=io.StringIO())
+    profiled = {key: value for key, value in stats.stats.items() if re.search(PROFILED, key[0])}
+    rows = [(cumulative / steps * 1000, calls / steps,
+             f'{_from_package(path)}:{line}({function})')
+            for (path, line, function), (_, calls, _, cumulative, _) in profiled.items()]
+    own = sum(own_time for _, _, own_time, _, _ in profiled.values()) / steps * 1000
+    print(f'  profile of {name}, ms per step (cumulative), calls per step; their own lines '
+          f'(self time) {own:.2f} ms per step:', flush=True)
+    for milliseconds, calls, where in sorted(rows, reverse=True)[:12]:
+        print(f'    {milliseconds:7.2f} ms {calls:6.0f}  {where}', flush=True)
+
+
+def _from_package(path: str) -> str:
+    return re.sub(r'.*/(mmdet3d_ddp_guard|torch)/', r'\1/', path)
+
+
 def describe(device: torch.device) -> str:
     if device.type == 'cuda':
         return f'cuda ({torch.cuda.get_device_name(device)})'
@@ -217,6 +255,9 @@ def main():
     parser.add_argument('--steps', type=int, default=5)
     parser.add_argument('--device', choices=('cpu', 'cuda'), default='cpu',
                         help='cuda: one rank per GPU, NCCL')
+    parser.add_argument('--profile', action='store_true',
+                        help="after the timing, profile a round of each of the plain loop's "
+                        'wrappers (cProfile)')
     args = parser.parse_args()
     if args.device == 'cuda':
         device = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0)))
@@ -244,6 +285,9 @@ def main():
             for name, seconds in step.items():
                 print(f'  {name:14s} {seconds * 1000:7.1f} ms  {seconds / step[PLAIN]:.3f}x plain '
                       f'DDP  {seconds / step[SEARCH]:.3f}x the graph search', flush=True)
+        if args.profile and setting == 'loop':
+            for name in names:
+                profile_round(one_round, name, args.steps)
     dist.destroy_process_group()
 
 

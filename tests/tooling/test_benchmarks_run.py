@@ -159,11 +159,20 @@ def check_real_models(output: str, tmp_path: Path) -> None:
 
 def check_trainers(output: str, tmp_path: Path) -> None:
     settings = re.findall(r'^(loop|hf|lightning): GPT-2 1 layers, 1 interleaved rounds of 1 '
-                          r'steps, median step:$', output, re.MULTILINE)
+                          r'steps, 2 ranks, gloo, cpu, torch \S+; median step:$', output,
+                          re.MULTILINE)
     assert settings == ['loop', 'hf', 'lightning'], output[-3000:]
     rows = re.findall(r"^  (plain DDP|graph search|guard 'auto'|plain \+ hook) +[\d.]+ ms +"
                       r'[\d.]+x plain DDP +[\d.]+x the graph search$', output, re.MULTILINE)
     assert len(rows) == 4 + 3 + 3, output[-3000:]
+    # --profile: the plain loop's wrappers, the guard's comm hook and torch's among the rows.
+    profiled = re.findall(r"^  profile of (plain DDP|graph search|guard 'auto'|plain \+ hook), "
+                          r'ms per step .* [\d.]+ ms per step:$', output, re.MULTILINE)
+    assert len(profiled) == 4, output[-3000:]
+    assert re.search(r'^ +[\d.]+ ms +\d+  mmdet3d_ddp_guard/guard/unused_counts_comm_hook.py:'
+                     r'\d+\(allreduce_with_unused_counts\)$', output, re.MULTILINE), output[-3000:]
+    assert re.search(r'ddp_comm_hooks/default_hooks.py:\d+\(allreduce_hook\)$', output,
+                     re.MULTILINE), output[-3000:]
 
 
 def check_zoo(output: str, tmp_path: Path) -> None:
@@ -233,7 +242,7 @@ BENCHMARK_RUNS = {
     'bench_trainers': Benchmark(
         'bench_trainers.py',
         lambda tmp: torchrun(2) + [_script('bench_trainers.py'), '--layers', '1', '--rounds',
-                                   '1', '--steps', '1'],
+                                   '1', '--steps', '1', '--profile'],
         check_trainers, timeout=240, needs=('transformers', 'lightning')),
     'zoo': Benchmark(
         'zoo.py',
