@@ -16,11 +16,14 @@ On a GPU machine the same tests run on CUDA: ``DDP_GUARD_TEST_BACKEND=nccl`` and
 ``DDP_GUARD_TEST_WORLD_SIZE=1`` select NCCL at world size 1 (default: gloo, 2 ranks, which
 share the one GPU when there is one).
 """
+import faulthandler
 import gc
 import inspect
 import io
 import os
 import queue as queue_module
+import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -79,7 +82,10 @@ def _forkserver():
 
 
 def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kwargs: dict,
-            queue, environment: dict) -> None:
+            queue, environment: dict, stacks_dir: str) -> None:
+    # Where a hang is: the parent asks for every thread's stack before it kills the rank.
+    stacks = open(os.path.join(stacks_dir, f'{rank}.txt'), 'w')
+    faulthandler.register(STACKS_SIGNAL, file=stacks, all_threads=True)
     try:
         _join_group(rank, world_size, port, environment,
                     environment.get('DDP_GUARD_TEST_BACKEND', 'gloo'))
@@ -113,6 +119,25 @@ def collect_earlier_runs() -> None:
     gc.collect()
 
 
+#: The signal on which a rank writes every thread's Python stack (faulthandler).
+STACKS_SIGNAL = signal.SIGUSR1
+
+
+def _stacks_of_the_ranks_left(processes, finished, stacks_dir: str) -> dict:
+    """Every thread's Python stack in each rank that has not finished, by rank: where a hang
+    is, which a timeout alone does not say."""
+    left = [(rank, process) for rank, process in enumerate(processes)
+            if rank not in finished and process.is_alive()]
+    for _, process in left:
+        os.kill(process.pid, STACKS_SIGNAL)
+    time.sleep(2)  # faulthandler writes from its signal handler at once
+    stacks = {}
+    for rank, _ in left:
+        with open(os.path.join(stacks_dir, f'{rank}.txt')) as file:
+            stacks[rank] = 'not finished; its threads:\n' + (file.read() or '(nothing written)')
+    return stacks
+
+
 class DistributedRunError(AssertionError):
     pass
 
@@ -130,8 +155,9 @@ def run_distributed(fn: Callable, *args, world_size: int = 2, timeout: float = 2
     context = _forkserver()
     queue = context.Queue()
     port = free_port()
+    stacks_dir = tempfile.mkdtemp(prefix='ddp_guard_stacks_')
     processes = [context.Process(target=_worker, args=(rank, world_size, port, fn, args, kwargs,
-                                                       queue, dict(os.environ)))
+                                                       queue, dict(os.environ), stacks_dir))
                  for rank in range(world_size)]
     for process in processes:
         process.start()
@@ -145,12 +171,14 @@ def run_distributed(fn: Callable, *args, world_size: int = 2, timeout: float = 2
     except queue_module.Empty:
         errors['timeout'] = (f'not all of {world_size} ranks finished within {timeout} s; '
                              f'finished: {sorted(results)}')
+        errors.update(_stacks_of_the_ranks_left(processes, results, stacks_dir))
     finally:
         for process in processes:
             process.join(timeout=5 if errors else 30)
             if process.is_alive():
                 process.kill()
                 process.join()
+        shutil.rmtree(stacks_dir, ignore_errors=True)
     if errors:
         raise DistributedRunError('\n'.join(f'--- rank {rank} ---\n{text}'
                                             for rank, text in errors.items()))

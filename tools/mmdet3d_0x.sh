@@ -125,16 +125,16 @@ edit(init, re.compile(r"^mmcv_maximum_version = '[\d.]+'$", re.M),
 EOF
 step "setup.py without its extensions; stubs; spconv unregistered; mmcv bound raised"
 
-$pip install -q --no-deps --no-build-isolation "$src"
+$pip install -q --no-compile --no-deps --no-build-isolation "$src"
 step "built and installed mmdet3d $version (--no-deps, no compiled op)"
 
 # 6. What its imports need (import mmdet3d.apis, .datasets, .models; tools/train.py).
 # (Its data converters' scikit-image, plyfile, networkx and its tensorboard are left out: no
 # module that these imports load needs them.)
-$pip install -q -c "$work/held.txt" numba==0.48.0 llvmlite==0.31.0 \
+$pip install -q --no-compile -c "$work/held.txt" numba==0.48.0 llvmlite==0.31.0 \
   'trimesh>=2.35.39,<2.35.40' pyquaternion 'shapely<2' prettytable scikit-learn tqdm \
   cachetools pandas
-$pip install -q --no-deps -c "$work/held.txt" mmsegmentation==0.30.0 nuscenes-devkit==1.1.11 \
+$pip install -q --no-compile --no-deps -c "$work/held.txt" mmsegmentation==0.30.0 nuscenes-devkit==1.1.11 \
   lyft_dataset_sdk==0.0.8
 step "installed its runtime dependencies (numba 0.48.0, mmsegmentation 0.30.0, ...)"
 

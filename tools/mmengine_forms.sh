@@ -14,8 +14,8 @@ if [ "$(cat "$forms/.stamp" 2>/dev/null)" = "$stamp" ]; then exit 0; fi
 rm -rf "$forms"
 mkdir -p "$forms"
 pip="$venv/bin/python -m pip --disable-pip-version-check"
-$pip install -q --no-deps --target "$forms/lite" mmengine-lite==0.10.7
-$pip install -q --no-deps --target "$forms/onedl" onedl-mmengine==0.10.12
+$pip install -q --no-compile --no-deps --target "$forms/lite" mmengine-lite==0.10.7
+$pip install -q --no-compile --no-deps --target "$forms/onedl" onedl-mmengine==0.10.12
 wheels=$(mktemp -d)
 $pip download -q --no-deps -d "$wheels" mmengine==0.10.7
 mkdir "$forms/source"

@@ -157,12 +157,12 @@ report_scoped_config_trap() {
 # MMEngine: the package must import and guard with mmcv 1.x alone.
 build_openmmlab1() {
   local venv=$1 pip="$1/bin/python -m pip --disable-pip-version-check"
-  $pip install -q --no-deps torchvision==0.13.1
+  $pip install -q --no-compile --no-deps torchvision==0.13.1
   say "openmmlab1: compiling mmcv-full 1.7.2 with its CPU ops (about 6 min on 2 quiet cores)"
   PATH="$(readlink -f "$venv")/bin:$PATH" CXX="$(pwd)/tools/mmcv_cxx.sh" \
     MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-2} \
-    $pip install -q --no-build-isolation mmcv-full==1.7.2
-  $pip install -q mmdet==2.28.2
+    $pip install -q --no-compile --no-build-isolation mmcv-full==1.7.2
+  $pip install -q --no-compile mmdet==2.28.2
 }
 
 # mmdet3d 0.x without its CUDA ops (tools/mmdet3d_0x.sh: for its own train path's tests, not a
@@ -186,7 +186,7 @@ make_leg_venv() {
   local pip="$venv/bin/python -m pip --disable-pip-version-check"
   if leg_is_built "$name" "$python_version" "$stack" "$fix"; then
     # The package itself is reinstalled every run: it is what is under test.
-    $pip install -q --no-deps --force-reinstall .
+    $pip install -q --no-compile --no-deps --force-reinstall .
     if [ "$name" = openmmlab1 ]; then add_mmdet3d_0x "$venv"; fi
     if [ "$name" = mmengine_forms ]; then bash tools/mmengine_forms.sh "$venv"; fi
     return
@@ -197,12 +197,12 @@ make_leg_venv() {
   say "$name: creating $venv (Python $python_version: $stack)"
   "$python" -m venv "$(readlink -f "$venv")"
   # shellcheck disable=SC2086  # the stack is a list of requirement words
-  $pip install -q $stack pytest pytest-timeout
+  $pip install -q --no-compile $stack pytest pytest-timeout
   if [ "$name" = openmmlab1 ]; then build_openmmlab1 "$venv" && add_mmdet3d_0x "$venv"; fi
   local before after
   before=$("$venv/bin/python" -c 'import torch; print(torch.__version__)')
   say "$name: pip install . (a regular install, dependencies included) beside torch $before"
-  $pip install -q .
+  $pip install -q --no-compile .
   after=$("$venv/bin/python" -c 'import torch; print(torch.__version__)')
   if [ "$before" != "$after" ]; then
     say "$name: installing mmdet3d_ddp_guard replaced torch $before with $after"
@@ -211,7 +211,7 @@ make_leg_venv() {
   if [ -n "$fix" ]; then
     report_scoped_config_trap "$venv"
     say "$name: the README's fix for this stack: pip install '$fix'"
-    $pip install -q "$fix"
+    $pip install -q --no-compile "$fix"
   fi
   if [ "$name" = mmengine_forms ]; then bash tools/mmengine_forms.sh "$venv"; fi
   stamp_of "$python_version" "$stack" "$fix" >"$venv/.complete"
