@@ -3,9 +3,9 @@
 # pure-Python wheels it installs travel in .whl/ (docs/performance.md#measuring-on-a-gpu says
 # how to fill it and run this). Sized for one H200 inside 10 minutes (one device call):
 # each step has its own time limit (the limits add up to 9 min) and writes its output under
-# $OUT while it runs, so a step cut short keeps what it printed; summary.txt gets a line per step as it
-# ends. At most 4 ranks train at once (16 processes started together there once sat for
-# 9 minutes without output). The steps, most wanted first:
+# $OUT while it runs, so a step cut short keeps what it printed; summary.txt gets a line per
+# step as it ends. At most 4 ranks train at once (16 processes started together there once
+# sat for 9 minutes without output). The steps, most wanted first:
 #   1. the fast path's sync check (tests/test_cuda_fast_path.py: NCCL, world size 1);
 #   2. the step-time benchmark on a CenterPoint-sized BEV conv net and the chain of 100
 #      blocks, bf16 autocast, NCCL at world size 1, then torch.profiler's operator table of

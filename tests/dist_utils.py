@@ -123,16 +123,23 @@ def collect_earlier_runs() -> None:
 STACKS_SIGNAL = signal.SIGUSR1
 
 
-def _stacks_of_the_ranks_left(processes, finished, stacks_dir: str) -> dict:
-    """Every thread's Python stack in each rank that has not finished, by rank: where a hang
-    is, which a timeout alone does not say."""
-    left = [(rank, process) for rank, process in enumerate(processes)
-            if rank not in finished and process.is_alive()]
-    for _, process in left:
-        os.kill(process.pid, STACKS_SIGNAL)
+def _ask_for_stacks(processes) -> List[int]:
+    """Has every rank still running write every thread's Python stack (where a hang is, which
+    a timeout alone does not say) where its worker registered ``STACKS_SIGNAL``; returns those
+    ranks."""
+    left = [rank for rank, process in enumerate(processes) if process.is_alive()]
+    for rank in left:
+        os.kill(processes[rank].pid, STACKS_SIGNAL)
     time.sleep(2)  # faulthandler writes from its signal handler at once
+    return left
+
+
+def _stacks_of_the_ranks_left(processes, finished, stacks_dir: str) -> dict:
+    """Every thread's Python stack in each rank that has not finished, by rank."""
     stacks = {}
-    for rank, _ in left:
+    for rank in _ask_for_stacks(processes):
+        if rank in finished:
+            continue
         with open(os.path.join(stacks_dir, f'{rank}.txt')) as file:
             stacks[rank] = 'not finished; its threads:\n' + (file.read() or '(nothing written)')
     return stacks
@@ -200,6 +207,7 @@ def _exiting_worker(rank: int, world_size: int, port: int, fn: Callable, args: t
     with open(output_path, 'wb', buffering=0) as output:
         os.dup2(output.fileno(), 1)
         os.dup2(output.fileno(), 2)
+    faulthandler.register(STACKS_SIGNAL, all_threads=True)  # into the file: see run_until_exit
     # gloo: a collective there blocks the host until it completes, as the guard expects.
     _join_group(rank, world_size, port, environment, 'gloo')
     try:
@@ -217,8 +225,9 @@ def run_until_exit(fn: Callable, *args, world_size: int = 2, timeout: float = 12
     """``fn(rank, world_size, *args, **kwargs)`` on every rank, for runs that may end by a
     rank's own exit (the stall guard's): every rank's exit code, output and end time.
 
-    Raises DistributedRunError with the ranks' output when they did not all end within
-    ``timeout`` seconds (written for a quiet machine and scaled to this one).
+    Raises DistributedRunError with the ranks' output, and the stacks of those still running,
+    when they did not all end within ``timeout`` seconds (written for a quiet machine and
+    scaled to this one).
     """
     timeout = scaled(timeout)
     context = _forkserver()
@@ -238,6 +247,8 @@ def run_until_exit(fn: Callable, *args, world_size: int = 2, timeout: float = 12
                 if ended_at[rank] is None and process.exitcode is not None:
                     ended_at[rank] = time.time()
             time.sleep(0.05)
+        if None in ended_at:
+            _ask_for_stacks(processes)  # at the end of their output
         for process in processes:
             if process.is_alive():
                 process.kill()

@@ -33,9 +33,10 @@ def _config(tmp_path, name: str, *lines: str, base: str = GUARDED) -> str:
     return str(path)
 
 
-def _run(data_root, tmp_path, config, name, script=MMDET_TRAIN, cfg_options=()):
+def _run(data_root, tmp_path, config, name, script=MMDET_TRAIN, cfg_options=(),
+         torchrun_args=None):
     return train(script, config, str(tmp_path / name), data_root, cfg_options=cfg_options,
-                 timeout=scaled(180))
+                 timeout=scaled(180), torchrun_args=torchrun_args)
 
 
 def _decision(output: str) -> str:
@@ -106,10 +107,9 @@ def test_false_written_is_the_strict_fast_path_every_rank_names_the_parameters(d
     # tracebacks in torchrun's shared stderr (seen in CI, 2026-12-02, -04 and -06, the last
     # unbuffered: the class and its ': ' come in separate writes).
     log_dir = str(tmp_path / 'rank_logs')
-    run = train(MMDET_TRAIN, _config(tmp_path, 'strict', 'find_unused_parameters = False'),
-                str(tmp_path / 'strict'), data_root, timeout=scaled(180),
-                torchrun_args=[f'--master_port={free_port()}', '--redirects', '2',
-                               '--log_dir', log_dir])
+    run = _run(data_root, tmp_path, _config(tmp_path, 'strict', 'find_unused_parameters = False'),
+               'strict', torchrun_args=[f'--master_port={free_port()}', '--redirects', '2',
+                                        '--log_dir', log_dir])
     assert run.returncode != 0 and not run.timed_out, run.output[-3000:]
     stderr = stderr_by_rank(log_dir)
     assert sorted(stderr) == [0, 1], (run.output[-3000:], stderr)
