@@ -97,6 +97,15 @@ def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, kw
     except BaseException:  # noqa: B902 - every failure must reach the parent test
         queue.put((rank, 'error', traceback.format_exc()))
     finally:
+        # The result leaves before the group is destroyed, which may never return: torch 2.0
+        # to 2.7 destroy a gloo group holding the GIL while they wait for gloo's worker
+        # threads, and a worker that still holds the last reference to a collective's tensor
+        # waits for the GIL to let it go (pytorch/pytorch#154976, fixed in 2.8; gdb showed
+        # both, once in about 60 launches on torch 2.1.2 here). The queue's feeder thread,
+        # which sends the result, then never ran either; the parent kills such a rank once
+        # every result is in.
+        queue.close()
+        queue.join_thread()
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -181,7 +190,7 @@ def run_distributed(fn: Callable, *args, world_size: int = 2, timeout: float = 2
         errors.update(_stacks_of_the_ranks_left(processes, results, stacks_dir))
     finally:
         for process in processes:
-            process.join(timeout=5 if errors else 30)
+            process.join(timeout=5)
             if process.is_alive():
                 process.kill()
                 process.join()
