@@ -12,14 +12,17 @@ cuda``; a step's time then ends when the GPU has finished it (``torch.cuda.synch
 
 The model is transformers' ``GPT2LMHeadModel`` built from its config (``--layers`` layers,
 n_embd 256, 4 heads, a 2048-token vocabulary), trained on 4x64 tokens with AdamW; it has no
-unused parameter, so plain DDP trains it and every difference is a wrapper's own cost. Three
-settings take turns (interleaved rounds of ``--steps`` steps; each figure is the median over
-rounds of the median step of a round), in each of:
+unused parameter, so plain DDP trains it and every difference is a wrapper's own cost. The
+wrappers take turns (interleaved rounds of ``--steps`` steps, each round starting one wrapper
+later than the round before, so that none always runs first or after the same one), in each of:
 
 - ``loop``: a plain loop: ``DistributedDataParallel(model)``, ``DistributedDataParallel(model,
   find_unused_parameters=True)`` and ``GuardedDDP(model, stall_timeout=None)``, built once,
   and plain DDP with torch's Python ``allreduce_hook`` (what any Python comm hook costs: the
-  guard reduces the buckets through one);
+  guard reduces the buckets through one), and plain DDP with one small all-reduce of its own
+  a step (the guard's counts' size, issued without waiting after the backward, waited after
+  the optimizer step: what a design without a comm hook, with the counts beside the buckets,
+  would cost in collectives);
 - ``hf``: the Hugging Face Trainer, a new one each round: ``ddp_find_unused_parameters=False``,
   the Trainer's default (True for a ``PreTrainedModel`` without checkpointing), and the default
   inside ``with guard_ddp_builds(stall_timeout=None):``; a step is timed from the Trainer's
@@ -28,7 +31,12 @@ rounds of the median step of a round), in each of:
   ``GuardedDDPStrategy(stall_timeout=None)``, a new Trainer each round; a step is timed from
   ``on_train_batch_start`` to ``on_train_batch_end``.
 
-Rank 0 prints each setting's median step and its ratio to plain DDP and to the graph search.
+In each, a second plain DDP (``plain DDP again``: another model, another turn) is the
+control: it does exactly what plain DDP does, so its ratio to plain DDP is what the run cannot
+tell apart (the machine's drift, the model's place in memory, the turn). Rank 0 prints each
+wrapper's median step (over rounds, of a round's median step) and its ratio to plain DDP and
+to the graph search, each the median over rounds of that round's ratio (paired: a round's
+wrappers ran within seconds of each other).
 ``--profile`` then runs one more round of each of the plain loop's wrappers under cProfile
 (every rank; it slows them, so the timing is done first), and rank 0 prints where the
 guard's own Python work and the comm hooks' go, per step (cumulative times; the profiler
@@ -51,9 +59,16 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 PLAIN, SEARCH, GUARDED = 'plain DDP', 'graph search', "guard 'auto'"
+#: The control: plain DDP again, whose ratio to plain DDP is the run's resolution.
+PLAIN_AGAIN = 'plain DDP again'
 #: Plain DDP with torch's Python all-reduce hook: what any Python comm hook costs (the guard
 #: reduces the buckets through one, which carries the counts).
 PLAIN_PYTHON_HOOK = 'plain + hook'
+#: Plain DDP and one small all-reduce a step: the collectives of the counts sent beside the
+#: buckets instead of on the last (docs/trainers.md#cost-on-a-transformer).
+PLAIN_SMALL_ALL_REDUCE = 'plain + counts'
+#: The plain loop's wrappers that ``--profile`` profiles.
+PROFILED_WRAPPERS = (PLAIN, SEARCH, GUARDED, PLAIN_PYTHON_HOOK)
 
 
 def gpt2(layers: int):
@@ -90,14 +105,18 @@ def loop_round(layers: int, steps: int,
         wrapper.register_comm_hook(None, default_hooks.allreduce_hook)
         return wrapper
     build = {PLAIN: lambda m: DistributedDataParallel(m, **placement),
+             PLAIN_AGAIN: lambda m: DistributedDataParallel(m, **placement),
              SEARCH: lambda m: DistributedDataParallel(m, find_unused_parameters=True,
                                                        **placement),
              GUARDED: lambda m: GuardedDDP(m, stall_timeout=None, **placement),
-             PLAIN_PYTHON_HOOK: plain_with_python_hook}
+             PLAIN_PYTHON_HOOK: plain_with_python_hook,
+             PLAIN_SMALL_ALL_REDUCE: lambda m: DistributedDataParallel(m, **placement)}
     runs = {}
     for name, wrap in build.items():
         model = wrap(gpt2(layers).to(device))
         runs[name] = (model, torch.optim.AdamW(model.parameters(), lr=1e-4))
+    # One count per parameter and the unreached flag, as the guard's counts of one step.
+    counts = torch.zeros(len(list(runs[PLAIN][0].parameters())) + 1, device=device)
 
     def one_round(name: str) -> List[float]:
         model, optimizer = runs[name]
@@ -106,8 +125,12 @@ def loop_round(layers: int, steps: int,
             ids = tokens(dist.get_rank(), step).to(device)
             start = clock(device)
             model(input_ids=ids, labels=ids).loss.backward()
+            counted = (dist.all_reduce(counts, async_op=True)
+                       if name == PLAIN_SMALL_ALL_REDUCE else None)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            if counted is not None:
+                counted.wait()
             times.append(clock(device) - start)
         return times
     return one_round
@@ -149,7 +172,7 @@ def hf_round(layers: int, steps: int, device: torch.device) -> Callable[[str], L
                 per_device_train_batch_size=4,
                 max_steps=steps, learning_rate=1e-4, report_to=[], save_strategy='no',
                 logging_strategy='no', disable_tqdm=True, seed=0, dataloader_num_workers=0,
-                ddp_find_unused_parameters=False if name == PLAIN else None)
+                ddp_find_unused_parameters=False if name in (PLAIN, PLAIN_AGAIN) else None)
             trainer = Trainer(model=gpt2(layers), args=arguments,
                               train_dataset=_Tokens(4 * steps), callbacks=[recorder])
             if name == GUARDED:
@@ -190,6 +213,7 @@ def lightning_round(layers: int, steps: int,
             self.times.append(clock(device) - self.start)
 
     strategies = {PLAIN: lambda: pl.strategies.DDPStrategy(),
+                  PLAIN_AGAIN: lambda: pl.strategies.DDPStrategy(),
                   SEARCH: lambda: pl.strategies.DDPStrategy(find_unused_parameters=True),
                   GUARDED: lambda: GuardedDDPStrategy(stall_timeout=None)}
 
@@ -247,6 +271,11 @@ def describe(device: torch.device) -> str:
 SETTINGS = {'loop': loop_round, 'hf': hf_round, 'lightning': lightning_round}
 
 
+def paired_ratio(seconds: List[float], reference: List[float]) -> float:
+    """The median over rounds of a round's step against the reference's in the same round."""
+    return statistics.median(mine / theirs for mine, theirs in zip(seconds, reference))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--trainers', nargs='+', default=list(SETTINGS), choices=list(SETTINGS))
@@ -269,24 +298,26 @@ def main():
         dist.init_process_group('gloo')
     for setting in args.trainers:
         one_round = SETTINGS[setting](args.layers, args.steps, device)
-        names = (PLAIN, SEARCH, GUARDED) + ((PLAIN_PYTHON_HOOK, ) if setting == 'loop' else ())
+        names = ((PLAIN, SEARCH, GUARDED, PLAIN_AGAIN)
+                 + ((PLAIN_PYTHON_HOOK, PLAIN_SMALL_ALL_REDUCE) if setting == 'loop' else ()))
         for name in names:  # warm-up
             one_round(name)
         medians: Dict[str, List[float]] = {name: [] for name in names}
-        for _ in range(args.rounds):
-            for name in medians:
+        for turn in range(args.rounds):
+            for name in names[turn % len(names):] + names[:turn % len(names)]:
                 dist.barrier()
                 medians[name].append(statistics.median(one_round(name)))
         if dist.get_rank() == 0:
-            step = {name: statistics.median(values) for name, values in medians.items()}
             print(f'{setting}: GPT-2 {args.layers} layers, {args.rounds} interleaved rounds of '
                   f'{args.steps} steps, {dist.get_world_size()} ranks, {dist.get_backend()}, '
                   f'{describe(device)}, torch {torch.__version__}; median step:', flush=True)
-            for name, seconds in step.items():
-                print(f'  {name:14s} {seconds * 1000:7.1f} ms  {seconds / step[PLAIN]:.3f}x plain '
-                      f'DDP  {seconds / step[SEARCH]:.3f}x the graph search', flush=True)
+            for name, seconds in medians.items():
+                print(f'  {name:15s} {statistics.median(seconds) * 1000:7.1f} ms  '
+                      f'{paired_ratio(seconds, medians[PLAIN]):.3f}x plain DDP  '
+                      f'{paired_ratio(seconds, medians[SEARCH]):.3f}x the graph search',
+                      flush=True)
         if args.profile and setting == 'loop':
-            for name in names:
+            for name in PROFILED_WRAPPERS:
                 profile_round(one_round, name, args.steps)
     dist.destroy_process_group()
 

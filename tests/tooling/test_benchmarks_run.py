@@ -162,9 +162,10 @@ def check_trainers(output: str, tmp_path: Path) -> None:
                           r'steps, 2 ranks, gloo, cpu, torch \S+; median step:$', output,
                           re.MULTILINE)
     assert settings == ['loop', 'hf', 'lightning'], output[-3000:]
-    rows = re.findall(r"^  (plain DDP|graph search|guard 'auto'|plain \+ hook) +[\d.]+ ms +"
-                      r'[\d.]+x plain DDP +[\d.]+x the graph search$', output, re.MULTILINE)
-    assert len(rows) == 4 + 3 + 3, output[-3000:]
+    rows = re.findall(r"^  (plain DDP|graph search|guard 'auto'|plain DDP again|plain \+ hook|"
+                      r'plain \+ counts) +[\d.]+ ms +[\d.]+x plain DDP +[\d.]+x the graph '
+                      r'search$', output, re.MULTILINE)
+    assert len(rows) == 6 + 4 + 4, output[-3000:]
     # --profile: the plain loop's wrappers, the guard's comm hook and torch's among the rows.
     profiled = re.findall(r"^  profile of (plain DDP|graph search|guard 'auto'|plain \+ hook), "
                           r'ms per step .* [\d.]+ ms per step:$', output, re.MULTILINE)
