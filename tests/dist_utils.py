@@ -24,6 +24,7 @@ import os
 import queue as queue_module
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -274,3 +275,57 @@ def run_until_exit(fn: Callable, *args, world_size: int = 2, timeout: float = 12
                         for rank, text in enumerate(outputs)))
     return [RankExit(process.exitcode, output, end)
             for process, output, end in zip(processes, outputs, ended_at)]
+
+
+def run_launcher(command: List[str], timeout: float, env: dict) -> subprocess.CompletedProcess:
+    """``command`` (a launcher such as torchrun, which starts its workers in sessions of their
+    own) with its output captured, for at most ``timeout`` seconds (written for a quiet machine
+    and scaled to this one).
+
+    At the timeout, the launcher and every process it started write every Python thread's
+    stack into their stderr and end (faulthandler, on SIGABRT; ``PYTHONFAULTHANDLER`` is set
+    for them), then are killed; DistributedRunError carries that output: where a hang is, and
+    no worker left running after the test.
+    """
+    timeout = scaled(timeout)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=dict(env, PYTHONFAULTHANDLER='1'))
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        left = [process.pid] + _descendants(process.pid)
+        _signal_each(left, signal.SIGABRT)
+        time.sleep(2)  # faulthandler writes from its signal handler at once
+        _signal_each(left, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        raise DistributedRunError(
+            f'{" ".join(command[:4])} ... did not end within {timeout} s; its output, with '
+            f'every Python thread\'s stack of it and its workers:\n{stdout[-3000:]}\n'
+            f'{stderr[-12000:]}')
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def _descendants(pid: int) -> List[int]:
+    """Every process started by ``pid`` and by those, found by their parents in ``/proc``."""
+    children = {}
+    for entry in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            with open(f'/proc/{entry}/stat') as stat:
+                parent = int(stat.read().rpartition(')')[2].split()[1])
+        except (OSError, ValueError, IndexError):  # not a process, or it ended meanwhile
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, pending = [], [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+def _signal_each(pids: List[int], signal_number: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal_number)
+        except ProcessLookupError:
+            pass

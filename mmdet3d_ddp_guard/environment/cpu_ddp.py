@@ -37,11 +37,22 @@ def _leave_gloo_cleanly(timeout: float = 2.0) -> None:
     """
     if dist.is_initialized():
         dist.destroy_process_group()
+    wait_until_gloo_is_idle(timeout)
+
+
+def wait_until_gloo_is_idle(timeout: float = 2.0) -> None:
+    """Waits, at most ``timeout`` seconds, until this process's gloo worker threads have let
+    go of their last collective (each releases a Python object, with the GIL), so that what
+    destroys the group next need not wait for them holding the GIL: at exit (see
+    :func:`_leave_gloo_cleanly`), or where a DDP wrapper that outlives its group is freed
+    (its reducer then destroys the group holding the GIL, and joins a worker that waits for
+    the GIL: a deadlock, torch 2.13 here). Returns at once where torch leaves the threads
+    unnamed (before 2.2). Call it after the last collective."""
     deadline = time.monotonic() + timeout
     asleep_in_a_row = 0
-    # No collective follows training, so a worker that stays asleep waits for work that will
-    # not come. Asleep once is not enough: a worker may be waiting for the GIL, to release
-    # the Python object; sleeping hands the GIL over (and Python forces the switch while this
+    # No collective follows, so a worker that stays asleep waits for work that will not
+    # come. Asleep once is not enough: a worker may be waiting for the GIL, to release the
+    # Python object; sleeping hands the GIL over (and Python forces the switch while this
     # loop runs), so three asleep polls 10 ms apart mean it is done.
     while asleep_in_a_row < 3 and time.monotonic() < deadline:
         asleep = all(state in ('S', 'D') for state in gloo_worker_states())

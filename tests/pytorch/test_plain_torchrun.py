@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from demo.launch import REPO, free_port
-from tests.dist_utils import TRUSTED_LOAD
+from tests.dist_utils import TRUSTED_LOAD, run_launcher
 from tests.equivalence import assert_state_equal
-from tests.timeouts import scaled
 from tests.torchrun_restart import RESTART_ENV, restart_args, retrying_gloo_reconnects
 
 pytestmark = pytest.mark.timeout(400)
@@ -28,8 +27,7 @@ def _torchrun(*script_args, max_restarts: int = 0) -> subprocess.CompletedProces
         + [osp.join(REPO, 'tests', 'pytorch', 'torchrun_loop.py')] + list(script_args)
     environment = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS='1',
                        **(RESTART_ENV if max_restarts else {}))
-    return subprocess.run(command, capture_output=True, text=True, env=environment,
-                          timeout=scaled(150))
+    return run_launcher(command, timeout=150, env=environment)
 
 
 def _final_states(out: str):

@@ -18,6 +18,7 @@ import os.path as osp
 import torch
 import torch.distributed as dist
 
+from mmdet3d_ddp_guard.environment.cpu_ddp import wait_until_gloo_is_idle
 from mmdet3d_ddp_guard.pytorch import UnusedParamsReport
 from tests.dist_utils import TRUSTED_LOAD
 from tests.pytorch.loops import Run, _batches_of, graph_search, guarded
@@ -38,7 +39,7 @@ def main() -> None:
     # store of their own (tests/torchrun_restart.py), one that rank 0 hosts per attempt.
     dist.init_process_group('gloo')
     rank = dist.get_rank()
-    run = Run(guarded if args.wrapper == 'guarded' else graph_search, **({'stall_timeout': None} if os.environ.get('NOSTALL') else {}))
+    run = Run(guarded if args.wrapper == 'guarded' else graph_search)
     if args.report_dir:
         UnusedParamsReport(run.model, out_dir=args.report_dir, interval=2)
     checkpoint = osp.join(args.checkpoint_dir, f'{args.wrapper}.pth')
@@ -62,6 +63,11 @@ def main() -> None:
         dist.barrier()
     torch.save(dict(run.state(), restarted=attempt, start=start), f'{args.out}.{rank}')
     dist.destroy_process_group()
+    # The wrapper is freed when this returns, after the group: its reducer then holds the
+    # group's last reference, destroys it holding the GIL and joins gloo's worker threads,
+    # while a worker still letting go of the last barrier waits for the GIL (gdb showed
+    # both on torch 2.13, a hang of this script in a fresh CI run). Idle workers need nothing.
+    wait_until_gloo_is_idle()
 
 
 if __name__ == '__main__':
