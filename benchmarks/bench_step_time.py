@@ -48,6 +48,7 @@ from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import OptimWrapper
 
 from mmdet3d_ddp_guard import GuardedDDP
+from mmdet3d_ddp_guard.environment.cpu_ddp import leave_gloo_cleanly
 from tests.toys import ToyDetector, make_toy_batch
 from tests.toys.bev_net import BEVConvNet, make_bev_batch
 
@@ -229,7 +230,7 @@ def main():
                 for wrapper, table in profiles.items():
                     f.write(f'\n== {name}, {wrapper}: {args.profile_steps} profiled steps, '
                             f'operators by self CPU time\n{table}\n')
-    dist.destroy_process_group()
+    leave_gloo_cleanly()  # the wrappers outlive the group: see the function
 
 
 def print_rows(name: str, rows: dict) -> None:

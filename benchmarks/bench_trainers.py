@@ -58,6 +58,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from mmdet3d_ddp_guard.environment.cpu_ddp import leave_gloo_cleanly
+
 PLAIN, SEARCH, GUARDED = 'plain DDP', 'graph search', "guard 'auto'"
 #: The control: plain DDP again, whose ratio to plain DDP is the run's resolution.
 PLAIN_AGAIN = 'plain DDP again'
@@ -319,7 +321,7 @@ def main():
         if args.profile and setting == 'loop':
             for name in PROFILED_WRAPPERS:
                 profile_round(one_round, name, args.steps)
-    dist.destroy_process_group()
+    leave_gloo_cleanly()  # the wrappers outlive the group: see the function
 
 
 if __name__ == '__main__':

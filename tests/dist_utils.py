@@ -138,8 +138,7 @@ def _ask_for_stacks(processes) -> List[int]:
     a timeout alone does not say) where its worker registered ``STACKS_SIGNAL``; returns those
     ranks."""
     left = [rank for rank, process in enumerate(processes) if process.is_alive()]
-    for rank in left:
-        os.kill(processes[rank].pid, STACKS_SIGNAL)
+    _signal_each([processes[rank].pid for rank in left], STACKS_SIGNAL)
     time.sleep(2)  # faulthandler writes from its signal handler at once
     return left
 

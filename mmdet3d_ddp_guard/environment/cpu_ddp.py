@@ -14,40 +14,40 @@ GLOO_WORKER_THREAD_NAME = 'pt_gloo_runloop'
 
 @functools.lru_cache(maxsize=None)
 def leave_gloo_cleanly_at_exit() -> None:
-    """Registers :func:`_leave_gloo_cleanly` to run at exit, once per process."""
-    atexit.register(_leave_gloo_cleanly)
+    """Registers :func:`leave_gloo_cleanly` to run at exit, once per process."""
+    atexit.register(leave_gloo_cleanly)
 
 
-def _leave_gloo_cleanly(timeout: float = 2.0) -> None:
+def leave_gloo_cleanly(timeout: float = 2.0) -> None:
     """Destroys the group and waits, at most ``timeout`` seconds, until gloo's worker threads
-    are idle, so that a rank that trained does not abort at exit.
+    are idle (they have let go of their last collective), so that a rank that trained neither
+    aborts at exit nor deadlocks when its DDP wrapper is freed. At exit (registered by
+    :func:`leave_gloo_cleanly_at_exit`), and in place of ``destroy_process_group()`` at the
+    end of a script whose wrapper outlives its group (the test and benchmark scripts). Where
+    torch leaves gloo's threads unnamed (before 2.2), or the group is not gloo, it only
+    destroys the group.
 
-    Why (torch 2.13, pytorch/pytorch#190489): every collective issued inside a backward (DDP's
-    bucket all-reduces) captures the thread-local state, which holds a Python object that
-    ``torch.autograd`` stashes for the backward. The gloo worker thread that ran it often
-    holds the last reference; when the interpreter is already finalizing as it lets go, the
-    thread needs the GIL to release the Python object, Python ends the thread, and C++ calls
-    ``std::terminate``: "terminate called without an active exception", SIGABRT, and torchrun
-    reports a failed run after every iteration finished (on 4 gloo ranks sharing 2 cores: 6
-    of 40 runs of the toy detector, 12 of 15 runs of a bare DDP script; none of 50 and 15
-    with this wait). ``destroy_process_group`` does not help by itself: gloo's
+    Why at exit (torch 2.13, pytorch/pytorch#190489): every collective issued inside a
+    backward (DDP's bucket all-reduces) captures the thread-local state, which holds a Python
+    object that ``torch.autograd`` stashes for the backward. The gloo worker thread that ran
+    it often holds the last reference; when the interpreter is already finalizing as it lets
+    go, the thread needs the GIL to release the Python object, Python ends the thread, and
+    C++ calls ``std::terminate``: "terminate called without an active exception", SIGABRT,
+    and torchrun reports a failed run after every iteration finished (on 4 gloo ranks sharing
+    2 cores: 6 of 40 runs of the toy detector, 12 of 15 runs of a bare DDP script; none of 50
+    and 15 with this wait). ``destroy_process_group`` does not help by itself: gloo's
     ``shutdown`` does nothing and DDP's reducer keeps the group alive. Atexit callbacks run
     before finalization begins, so waiting here, with the GIL free, lets the threads drop the
     work while that is still safe.
+
+    Why at a script's end: a wrapper freed after the group (as its function returns) holds
+    the group's last reference; its reducer destroys the group holding the GIL and joins
+    gloo's worker threads, while a worker still letting go of the last collective waits for
+    the GIL (gdb showed both on torch 2.13: a hang of ``tests/pytorch/torchrun_loop.py`` in a
+    fresh CI run). Idle workers need nothing.
     """
     if dist.is_initialized():
         dist.destroy_process_group()
-    wait_until_gloo_is_idle(timeout)
-
-
-def wait_until_gloo_is_idle(timeout: float = 2.0) -> None:
-    """Waits, at most ``timeout`` seconds, until this process's gloo worker threads have let
-    go of their last collective (each releases a Python object, with the GIL), so that what
-    destroys the group next need not wait for them holding the GIL: at exit (see
-    :func:`_leave_gloo_cleanly`), or where a DDP wrapper that outlives its group is freed
-    (its reducer then destroys the group holding the GIL, and joins a worker that waits for
-    the GIL: a deadlock, torch 2.13 here). Returns at once where torch leaves the threads
-    unnamed (before 2.2). Call it after the last collective."""
     deadline = time.monotonic() + timeout
     asleep_in_a_row = 0
     # No collective follows, so a worker that stays asleep waits for work that will not

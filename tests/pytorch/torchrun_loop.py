@@ -18,7 +18,7 @@ import os.path as osp
 import torch
 import torch.distributed as dist
 
-from mmdet3d_ddp_guard.environment.cpu_ddp import wait_until_gloo_is_idle
+from mmdet3d_ddp_guard.environment.cpu_ddp import leave_gloo_cleanly
 from mmdet3d_ddp_guard.pytorch import UnusedParamsReport
 from tests.dist_utils import TRUSTED_LOAD
 from tests.pytorch.loops import Run, _batches_of, graph_search, guarded
@@ -62,12 +62,9 @@ def main() -> None:
             os.replace(checkpoint + '.tmp', checkpoint)
         dist.barrier()
     torch.save(dict(run.state(), restarted=attempt, start=start), f'{args.out}.{rank}')
-    dist.destroy_process_group()
-    # The wrapper is freed when this returns, after the group: its reducer then holds the
-    # group's last reference, destroys it holding the GIL and joins gloo's worker threads,
-    # while a worker still letting go of the last barrier waits for the GIL (gdb showed
-    # both on torch 2.13, a hang of this script in a fresh CI run). Idle workers need nothing.
-    wait_until_gloo_is_idle()
+    # Not destroy_process_group() alone: the wrapper, freed when this returns, would
+    # deadlock with a gloo worker still letting go of the last barrier (see the function).
+    leave_gloo_cleanly()
 
 
 if __name__ == '__main__':
