@@ -312,7 +312,8 @@ for leg in "${LEGS[@]}"; do
   if (cd "$workdir" && DDP_GUARD_EXPECT_INSTALLED=1 DDP_GUARD_SPARSE_ADAPTERS=$sparse_adapters \
       DDP_GUARD_MMENGINE_FORMS=$mmengine_forms \
       DDP_GUARD_EXPECT_MMDET3D_0X=$expect_mmdet3d_0x \
-      "$repo/.venvs/$name/bin/python" -m pytest "${tests[@]}" -p no:cacheprovider -q); then
+      "$repo/.venvs/$name/bin/python" -m pytest "${tests[@]}" -p no:cacheprovider -q \
+      --durations=10); then
     say "$name: passed"
     passed+=("$name")
   else
