@@ -44,12 +44,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def kill_process_tree(pid: int) -> None:
-    """SIGKILL to the process group of ``pid`` and of every descendant, as a node that dies
-    takes them all. torchrun starts each worker in a session of its own, which a kill of
-    torchrun's own group would leave running (and holding the output pipe)."""
+def process_tree(pid: int) -> List[int]:
+    """``pid`` and every process it started, and those started, found in ``/proc``."""
     pids, queue = [], [pid]
-    while queue:  # collect first: a killed parent's children are re-parented at once
+    while queue:
         current = queue.pop()
         pids.append(current)
         for children in glob.glob(f'/proc/{current}/task/*/children'):
@@ -58,8 +56,16 @@ def kill_process_tree(pid: int) -> None:
                     queue += [int(child) for child in f.read().split()]
             except OSError:
                 pass  # it exited meanwhile
+    return pids
+
+
+def kill_process_tree(pid: int) -> None:
+    """SIGKILL to the process group of ``pid`` and of every descendant, as a node that dies
+    takes them all. torchrun starts each worker in a session of its own, which a kill of
+    torchrun's own group would leave running (and holding the output pipe)."""
     groups = set()
-    for current in pids:
+    # Collected first: a killed parent's children are re-parented at once.
+    for current in process_tree(pid):
         try:
             groups.add(os.getpgid(current))
         except ProcessLookupError:

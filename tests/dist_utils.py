@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from demo.launch import free_port
+from demo.launch import free_port, process_tree
 from tests.timeouts import scaled
 
 
@@ -292,7 +292,7 @@ def run_launcher(command: List[str], timeout: float, env: dict) -> subprocess.Co
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        left = [process.pid] + _descendants(process.pid)
+        left = process_tree(process.pid)
         _signal_each(left, signal.SIGABRT)
         time.sleep(2)  # faulthandler writes from its signal handler at once
         _signal_each(left, signal.SIGKILL)
@@ -302,24 +302,6 @@ def run_launcher(command: List[str], timeout: float, env: dict) -> subprocess.Co
             f'every Python thread\'s stack of it and its workers:\n{stdout[-3000:]}\n'
             f'{stderr[-12000:]}')
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-
-
-def _descendants(pid: int) -> List[int]:
-    """Every process started by ``pid`` and by those, found by their parents in ``/proc``."""
-    children = {}
-    for entry in filter(str.isdigit, os.listdir('/proc')):
-        try:
-            with open(f'/proc/{entry}/stat') as stat:
-                parent = int(stat.read().rpartition(')')[2].split()[1])
-        except (OSError, ValueError, IndexError):  # not a process, or it ended meanwhile
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    found, pending = [], [pid]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            found.append(child)
-            pending.append(child)
-    return found
 
 
 def _signal_each(pids: List[int], signal_number: int) -> None:

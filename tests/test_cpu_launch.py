@@ -1,7 +1,6 @@
 """The CPU launch fix wraps a private MMEngine function (its guards), and gloo ranks leave
 without aborting."""
 import os.path as osp
-import subprocess
 import sys
 
 import mmengine.dist.utils as mmengine_dist
@@ -12,8 +11,7 @@ from mmdet3d_ddp_guard.environment.cpu_ddp import gloo_worker_states
 from mmdet3d_ddp_guard.openmmlab2.cpu_launch import allow_cpu_init_dist
 from demo.launch import free_port, repository_importable
 from mmdet3d_ddp_guard.environment.versions import major_minor
-from tests.dist_utils import run_distributed
-from tests.timeouts import scaled
+from tests.dist_utils import run_distributed, run_launcher
 
 
 def test_wraps_once_and_is_marked(monkeypatch):
@@ -66,8 +64,7 @@ def test_gloo_ranks_that_ran_ddp_exit_cleanly(group):
     # one run shows that such a torch exits cleanly as it is.
     script = osp.join(osp.dirname(__file__), 'gloo_exit_script.py')
     for _ in range(2 if GLOO_NAMES_ITS_WORKER_THREADS else 1):
-        run = subprocess.run([sys.executable, '-m', 'torch.distributed.run',
-                              '--nproc_per_node=4', f'--master_port={free_port()}', script,
-                              group], capture_output=True, text=True, timeout=scaled(200),
-                             env=repository_importable())
+        run = run_launcher([sys.executable, '-m', 'torch.distributed.run',
+                            '--nproc_per_node=4', f'--master_port={free_port()}', script,
+                            group], timeout=200, env=repository_importable())
         assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]

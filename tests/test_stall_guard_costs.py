@@ -3,7 +3,6 @@ as without it and keeps its traceback; a compiled model compiles the same frames
 wrapper in the process takes it over, loudly; a stop lets a checkpoint being written finish."""
 import gc
 import os.path as osp
-import subprocess
 import sys
 import time
 
@@ -14,7 +13,7 @@ import torch.nn as nn
 from mmdet3d_ddp_guard import GuardedDDP
 from demo.__main__ import REPO_CONFIGS
 from demo.launch import free_port, repository_importable, torchrun_train
-from tests.dist_utils import run_distributed
+from tests.dist_utils import run_distributed, run_launcher
 from tests.stall_scenarios import PluginSyncBN1d
 from tests.timeouts import scaled
 
@@ -116,10 +115,9 @@ def test_no_rank_leaves_while_a_rank_writes_a_checkpoint(tmp_path):
     path = tmp_path / 'iter_2.pth'
     script = osp.join(osp.dirname(__file__), 'checkpoint_during_stop.py')
     started = time.monotonic()
-    run = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=3',
-                          f'--master_port={free_port()}', script, str(path)],
-                         capture_output=True, text=True, timeout=scaled(200),
-                         env=repository_importable())
+    run = run_launcher([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=3',
+                        f'--master_port={free_port()}', script, str(path)], timeout=200,
+                       env=repository_importable())
     output = run.stdout + run.stderr
     print(f'torchrun ended after {time.monotonic() - started:.1f} s')
     assert run.returncode != 0 and 'Every rank ends the run now.' in output, output[-3000:]
