@@ -30,7 +30,7 @@ import tempfile
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -276,10 +276,11 @@ def run_until_exit(fn: Callable, *args, world_size: int = 2, timeout: float = 12
             for process, output, end in zip(processes, outputs, ended_at)]
 
 
-def run_launcher(command: List[str], timeout: float, env: dict) -> subprocess.CompletedProcess:
+def run_launcher(command: List[str], timeout: float, env: dict,
+                 cwd: Optional[str] = None) -> subprocess.CompletedProcess:
     """``command`` (a launcher such as torchrun, which starts its workers in sessions of their
     own) with its output captured, for at most ``timeout`` seconds (written for a quiet machine
-    and scaled to this one).
+    and scaled to this one), from ``cwd``.
 
     At the timeout, the launcher and every process it started write every Python thread's
     stack into their stderr and end (faulthandler, on SIGABRT; ``PYTHONFAULTHANDLER`` is set
@@ -288,7 +289,7 @@ def run_launcher(command: List[str], timeout: float, env: dict) -> subprocess.Co
     """
     timeout = scaled(timeout)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=dict(env, PYTHONFAULTHANDLER='1'))
+                               text=True, env=dict(env, PYTHONFAULTHANDLER='1'), cwd=cwd)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -19,7 +19,6 @@ import json
 import os
 import os.path as osp
 import re
-import subprocess
 import sys
 
 import pytest
@@ -29,12 +28,12 @@ from mmdet3d_ddp_guard.cli.check import load_config
 from mmdet3d_ddp_guard.rank_simulation.check_report import import_line
 from mmdet3d_ddp_guard.rank_simulation.config_framework import (
     config_file_keys, config_framework, config_frameworks, framework_of_config, written_for)
-from demo.launch import free_port, kill_process_tree
+from demo.launch import free_port
 from mmdet3d_ddp_guard.environment.framework_table import MMCV1_LINES
 from mmdet3d_ddp_guard.environment.frameworks import installed_frameworks
 from mmdet3d_ddp_guard.environment.framework_table import MMCV1, MMENGINE, framework
 from tests.openmmlab1.tiny_coco import make_tiny_coco
-from tests.timeouts import scaled
+from tests.dist_utils import run_launcher
 
 #: mmcv 1.x's key of the modules a training imports.
 KEY = framework(MMCV1).imports_key
@@ -209,16 +208,10 @@ def test_real_two_rank_plain_ddp_fails_where_predicted(coco_env, tmp_path, capsy
     command = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2',
                '--master_port', str(free_port()), TRAIN, PLAIN_CONFIG,
                '--work-dir', str(tmp_path / 'real'), '--launcher', 'pytorch']
-    # A session of its own, so that a timeout can kill torchrun and its workers.
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = process.communicate(timeout=scaled(240))
-    except subprocess.TimeoutExpired:
-        kill_process_tree(process.pid)
-        out, _ = process.communicate()
-        pytest.fail(f'plain DDP hung instead of failing:\n{out[-3000:]}')
-    assert process.returncode != 0, out[-3000:]
+    # Past its limit, a hang of plain DDP fails with every process's stacks (run_launcher).
+    run = run_launcher(command, timeout=240, env=env, cwd=REPO)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out[-3000:]
     assert 'Expected to have finished reduction' in out, out[-3000:]
     # DDP names the same parameters on the same rank as the prediction ...
     assert 'did not receive grad for rank 1: ' + ' '.join(map(str, predicted_ids)) in out, \

@@ -13,8 +13,6 @@ run on a CPU: the others must skip (they need CUDA), else the list is out of dat
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 from typing import Dict, List
 
@@ -22,6 +20,7 @@ import pytest
 import torch
 
 from demo.launch import REPO
+from tests.dist_utils import run_launcher
 from tests.pytorch.torch_ddp_expected import Expected, expected_for
 from tests.timeouts import scaled
 
@@ -44,17 +43,10 @@ def _run_suite(tmp_path, test_ids: List[str], **environment) -> Dict[str, Dict]:
     # whole budget; torch 1.9 reads no such variable.
     environment = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS='1',
                        DISTRIBUTED_TESTS_DEFAULT_TIMEOUT=str(int(scaled(60))), **environment)
-    # A session of its own, so that a run past the limit ends with its ranks, which torch's
-    # harness forks and which would otherwise outlive it, hanging.
-    run = subprocess.Popen(command, cwd=REPO, env=environment, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        output, _ = run.communicate(timeout=scaled(240))
-    except subprocess.TimeoutExpired:
-        os.killpg(run.pid, signal.SIGKILL)
-        output, _ = run.communicate()
-        pytest.fail(f'torch\'s DDP tests did not end in {scaled(240):.0f} s:\n{output[-5000:]}')
-    assert run.returncode == 0, output[-5000:]
+    # Past the limit, the run ends with its ranks, which torch's harness forks and which would
+    # otherwise outlive it, hanging.
+    run = run_launcher(command, timeout=240, env=environment, cwd=REPO)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
     with open(out) as outcomes:
         return json.load(outcomes)['results']
 

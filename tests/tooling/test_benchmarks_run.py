@@ -16,7 +16,6 @@ import importlib.util
 import json
 import re
 import runpy
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,8 @@ from typing import Callable, Dict, List, Sequence
 import pytest
 import torch
 
-from demo.launch import free_port, kill_process_tree, repository_importable
+from demo.launch import free_port, repository_importable
+from tests.dist_utils import run_launcher
 from tests.timeouts import scaled
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,22 +65,14 @@ def run_script(arguments: Sequence[str], tmp_path: Path, timeout: float,
     """``python ARGUMENTS`` (or ``PROGRAM ARGUMENTS``) from the repository root; its stdout
     (the ranks' warnings, on stderr, cannot split a line of the table). A run past
     ``timeout`` (quiet-machine seconds, scaled) is killed with every process it started
-    (torchrun's workers run in sessions of their own) and fails the test with its output."""
+    (torchrun's workers run in sessions of their own) and fails the test with its output and
+    every process's stacks (``run_launcher``)."""
     command = [*program, *arguments]
-    process = subprocess.Popen(
-        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=repository_importable(dict(env or {}, TMPDIR=str(tmp_path))),
-        start_new_session=True)
-    try:
-        output, errors = process.communicate(timeout=scaled(timeout))
-    except subprocess.TimeoutExpired:
-        kill_process_tree(process.pid)
-        output, errors = process.communicate()
-        pytest.fail(f'{" ".join(command)} ran past {scaled(timeout):.0f} s:\n'
-                    f'{output[-2000:]}\n{errors[-3000:]}')
-    assert process.returncode == 0, (f'{" ".join(command)} exited {process.returncode}:\n'
-                                     f'{output[-2000:]}\n{errors[-3000:]}')
-    return output
+    run = run_launcher(command, timeout,
+                       repository_importable(dict(env or {}, TMPDIR=str(tmp_path))), cwd=REPO)
+    assert run.returncode == 0, (f'{" ".join(command)} exited {run.returncode}:\n'
+                                 f'{run.stdout[-2000:]}\n{run.stderr[-3000:]}')
+    return run.stdout
 
 
 def documented_line(output: str, starts_with: str) -> str:
